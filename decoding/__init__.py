@@ -1,0 +1,6 @@
+"""speclsp's decoding engine: exact speculative decoding with n-gram and draft-model drafters.
+
+Entry point: :class:`decoding.engine.Engine`. The pieces: :mod:`decoding.verify` (the acceptance
+rule), :mod:`decoding.sampling`, :mod:`decoding.kv_cache` (rollback), :mod:`decoding.generate` (the
+loop), :mod:`decoding.drafters`, :mod:`decoding.adaptive` (draft length), :mod:`decoding.loading`.
+"""

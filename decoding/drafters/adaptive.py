@@ -1,0 +1,60 @@
+"""A drafter that picks its source and draft length each round (the ``auto`` mode and friends).
+
+It wraps the cheap n-gram drafter and/or the draft-model drafter. Each round it asks
+:class:`decoding.adaptive.DraftLengthPolicy` for the best draft length per source, tries the n-gram
+lookup first (it costs nearly nothing), and uses the draft model only when the lookup found nothing
+or the model's expected gain is higher.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from decoding.adaptive import DraftLengthPolicy
+from decoding.drafters.base import Draft, DraftContext, Drafter
+
+
+class AdaptiveDrafter:
+    """Chooses among ``drafters`` (cheapest first) and sizes each draft adaptively.
+
+    Args:
+        drafters: sub-drafters in order of cost, e.g. ``[NgramDrafter(), ModelDrafter(...)]``.
+        policy: draft-length policy; ``policy.max_k`` caps k.
+    """
+
+    def __init__(self, drafters: list[Drafter], policy: DraftLengthPolicy | None = None):
+        if not drafters:
+            raise ValueError("AdaptiveDrafter needs at least one drafter")
+        self.drafters = drafters
+        self.policy = policy or DraftLengthPolicy()
+        self.name = "+".join(d.name for d in drafters)
+        self._last: tuple[Draft, Drafter] | None = None  # the outstanding draft and who made it
+
+    def propose(self, context: DraftContext) -> Draft | None:
+        """The draft of the first source (cheapest first) that has one and scores at least as well as
+        every costlier source; ``None`` when no source proposes anything."""
+        gains = [self.policy.best_gain(d.name) for d in self.drafters]
+        for i, drafter in enumerate(self.drafters):
+            k = min(self.policy.choose(drafter.name), context.max_tokens)
+            if k <= 0:
+                continue
+            start = time.perf_counter()
+            draft = drafter.propose(replace(context, max_tokens=k))
+            elapsed_ms = 1000 * (time.perf_counter() - start)
+            if draft is None or not draft.tokens:
+                continue
+            if draft.draft_probs is not None and context.verify_ms > 0:
+                self.policy.update_cost(drafter.name, elapsed_ms / len(draft.tokens), context.verify_ms)
+            if i == len(self.drafters) - 1 or gains[i] >= max(gains[i + 1 :]):
+                self._last = (draft, drafter)
+                return draft
+        return None
+
+    def observe(self, draft: Draft, num_accepted: int) -> None:
+        if self._last is None or self._last[0] is not draft:
+            return
+        drafter = self._last[1]
+        self._last = None
+        self.policy.update(drafter.name, len(draft.tokens), num_accepted)
+        drafter.observe(draft, num_accepted)

@@ -1,0 +1,51 @@
+"""The drafter seam: a drafter proposes new tokens and observes how many were accepted.
+
+A drafter never sees the target model. It gets a frozen :class:`DraftContext` (the committed tokens
+and how many tokens it may propose) and returns a :class:`Draft` of *new tokens only*, with the
+draft probabilities they were sampled from, or ``None`` for a deterministic draft (n-gram lookup),
+which verification treats as one-hot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from decoding.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class DraftContext:
+    """What a drafter may look at in one round."""
+
+    token_ids: list[int]  # every committed token: prompt, then generated; the last is not yet verified-upon
+    max_tokens: int  # propose at most this many tokens (k)
+    sampling: SamplingParams  # the processing the target uses too
+    generator: torch.Generator | None  # random source for sampling drafters
+    verify_ms: float = 0.0  # recent mean wall time of one target verify pass (0: not measured yet)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed continuation of ``DraftContext.token_ids``."""
+
+    tokens: list[int]  # k new token ids, k <= max_tokens
+    draft_probs: torch.Tensor | None  # (k, V) float32 distributions sampled from, or None if deterministic
+    source: str  # which drafter (and source) proposed it, for per-source stats
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """Proposes draft tokens; learns from how many were accepted."""
+
+    name: str
+
+    def propose(self, context: DraftContext) -> Draft | None:
+        """A draft of at most ``context.max_tokens`` tokens, or ``None`` when there is nothing to propose."""
+        ...
+
+    def observe(self, draft: Draft, num_accepted: int) -> None:
+        """Called after verification with the number of ``draft.tokens`` the target accepted."""
+        ...

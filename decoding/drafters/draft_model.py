@@ -1,0 +1,65 @@
+"""Drafting with a small causal LM that shares the target's tokenizer.
+
+The draft model keeps its own KV cache (:class:`decoding.kv_cache.KVCacheState`), synchronised to the
+committed tokens before each draft: rejected draft tokens are rolled back and committed tokens it has
+not seen yet (including the last draft token after a fully accepted round) are fed then. Each draft
+token is *sampled* from the draft's processed distribution (temperature, top-k, top-p exactly as the
+target's), and that distribution is returned as the draft probabilities (shared cases D4, D5).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from decoding.drafters.base import Draft, DraftContext
+from decoding.kv_cache import KVCacheState
+from decoding.sampling import processed_probs, sample
+
+
+class ModelDrafter:
+    """Drafter sampling k tokens autoregressively from a draft model.
+
+    Args:
+        model: the draft causal LM (eval mode), same tokenizer as the target.
+        target_vocab_size: width of the target's logits. Draft logits are cut or padded with
+            ``-inf`` to it, so draft and target distributions live on the same ids; ids the draft
+            cannot produce get draft probability 0, which keeps verification exact.
+    """
+
+    name = "model"
+
+    def __init__(self, model: PreTrainedModel, target_vocab_size: int):
+        self.model = model
+        self.target_vocab_size = target_vocab_size
+        self.state = KVCacheState(model)
+
+    def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """``(n, V_draft)`` -> ``(n, V_target)`` logits, padding with -inf or cutting."""
+        width = logits.shape[-1]
+        if width == self.target_vocab_size:
+            return logits
+        if width > self.target_vocab_size:
+            return logits[..., : self.target_vocab_size]
+        pad = logits.new_full((*logits.shape[:-1], self.target_vocab_size - width), float("-inf"))
+        return torch.cat([logits, pad], dim=-1)
+
+    def propose(self, context: DraftContext) -> Draft | None:
+        """Sample ``context.max_tokens`` tokens; ``draft_probs`` is ``(k, V_target)`` float32."""
+        if context.max_tokens <= 0:
+            return None
+        new_ids = self.state.sync(context.token_ids)
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        for _ in range(context.max_tokens):
+            logits = self._fit_vocab(self.state.forward(new_ids, logits_to_keep=1)[-1])  # (V,)
+            probs = processed_probs(logits, context.sampling)  # (V,)
+            token = int(probs.argmax()) if context.sampling.greedy else sample(probs, context.generator)
+            tokens.append(token)
+            rows.append(probs)
+            new_ids = [token]
+        # The last draft token is not fed here: if it is accepted, the next sync feeds it.
+        return Draft(tokens=tokens, draft_probs=torch.stack(rows), source="model")  # (k, V)
+
+    def observe(self, draft: Draft, num_accepted: int) -> None:
+        """Nothing to learn; the next :meth:`propose` rolls back the rejected tokens."""

@@ -1,0 +1,138 @@
+"""The engine's front door: a loaded target (and draft), drafters by mode, and generation.
+
+Callers above the engine (the CLI, the language server) speak token ids and text; tensors stay here.
+State kept between calls, because completions for one document arrive keystroke after keystroke:
+
+* the target's KV cache (prompt prefix reuse) and the draft model's KV cache;
+* the adaptive policy's acceptance and cost estimates;
+* n-gram indexes of extra token sources, keyed by the caller's version of each source.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from decoding.adaptive import DraftLengthPolicy
+from decoding.drafters.adaptive import AdaptiveDrafter
+from decoding.drafters.base import Drafter
+from decoding.drafters.draft_model import ModelDrafter
+from decoding.drafters.ngram import NgramConfig, NgramDrafter, NgramIndex
+from decoding.generate import Generation, GenerationConfig, SpeculativeGenerator
+from decoding.loading import (
+    NO_DRAFT,
+    STARTER_DRAFT,
+    STARTER_TARGET,
+    LoadedModel,
+    check_draft_compatible,
+    load_model,
+)
+
+log = logging.getLogger(__name__)
+
+DRAFTER_MODES = ("auto", "ngram", "model", "none")
+
+#: FIM and repository special tokens (Qwen2.5-Coder names) that end a fill-in-the-middle answer.
+FIM_STOP_TOKENS = ("<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+                   "<|file_sep|>", "<|repo_name|>")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Which models to load and how to draft."""
+
+    model: str = STARTER_TARGET  # "starter", a local directory or a hub id
+    draft_model: str = STARTER_DRAFT  # as model, or "none"
+    device: str = "auto"  # auto: CUDA when available, else CPU
+    dtype: str = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+    trust_remote_code: bool = False  # run a hub repository's own code: only if the user says so
+    max_draft_tokens: int = 8  # longest draft per round
+    ngram: NgramConfig = field(default_factory=NgramConfig)
+
+
+class Engine:
+    """A target model, an optional draft model and the state kept between generations."""
+
+    def __init__(self, config: EngineConfig, target: LoadedModel, draft: LoadedModel | None):
+        self.config = config
+        self.target = target
+        self.draft = draft
+        self.tokenizer = target.tokenizer
+        self.generator = SpeculativeGenerator(target.model, target.tokenizer)
+        self.model_drafter = ModelDrafter(draft.model, target.vocab_size) if draft is not None else None
+        self.policy = DraftLengthPolicy(max_k=config.max_draft_tokens)
+        self._sources: dict[str, tuple[object, NgramIndex]] = {}
+        vocab = self.tokenizer.get_vocab()
+        self.fim_stop_ids = frozenset(vocab[t] for t in FIM_STOP_TOKENS if t in vocab) | self.generator.default_stop_ids
+
+    @classmethod
+    def load(cls, config: EngineConfig, on_stage: Callable[[str], None] | None = None) -> Engine:
+        """Load the target and draft models named in ``config``.
+
+        Args:
+            on_stage: called with a short description before each loading step (for progress).
+        Raises:
+            decoding.loading.ModelLoadError: a model is missing or the draft does not fit the target.
+        """
+        if on_stage:
+            on_stage(f"loading target model {config.model}")
+        target = load_model(config.model, config.device, config.dtype, config.trust_remote_code)
+        draft = None
+        if config.draft_model != NO_DRAFT:
+            if on_stage:
+                on_stage(f"loading draft model {config.draft_model}")
+            draft = load_model(config.draft_model, str(target.model.device), config.dtype, config.trust_remote_code)
+            check_draft_compatible(target, draft)
+        return cls(config, target, draft)
+
+    def source_index(self, name: str, version: object, text: str) -> NgramIndex:
+        """The n-gram index of an extra source's text, rebuilt only when ``version`` changes."""
+        cached = self._sources.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        index = NgramIndex(self.config.ngram, self.tokenizer.encode(text, add_special_tokens=False))
+        self._sources[name] = (version, index)
+        return index
+
+    def forget_source(self, name: str) -> None:
+        """Drop a source's index (e.g. its buffer was closed): it never proposes its old text again."""
+        self._sources.pop(name, None)
+
+    def drafter(self, mode: str, sources: dict[str, NgramIndex] | None = None) -> Drafter | None:
+        """The drafter for ``mode``: ``auto`` (n-gram, then the draft model), ``ngram``, ``model`` or ``none``.
+
+        Raises:
+            ValueError: an unknown mode, or ``model`` without a draft model loaded.
+        """
+        if mode not in DRAFTER_MODES:
+            raise ValueError(f"unknown drafter {mode!r}; use one of {', '.join(DRAFTER_MODES)}")
+        if mode == "none":
+            return None
+        ngram = NgramDrafter(self.config.ngram, sources)
+        if mode == "ngram":
+            return AdaptiveDrafter([ngram], self.policy)
+        if self.model_drafter is None:
+            if mode == "model":
+                raise ValueError("drafter 'model' needs a draft model; none is loaded (draft model 'none')")
+            return AdaptiveDrafter([ngram], self.policy)
+        if mode == "model":
+            return AdaptiveDrafter([self.model_drafter], self.policy)
+        return AdaptiveDrafter([ngram, self.model_drafter], self.policy)
+
+    def reset_caches(self) -> None:
+        """Forget the cached prompt of the target and the draft model (the next prompt is prefilled cold)."""
+        self.generator.state.rollback(0)
+        if self.model_drafter is not None:
+            self.model_drafter.state.rollback(0)
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        config: GenerationConfig,
+        mode: str = "auto",
+        sources: dict[str, NgramIndex] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Generation:
+        """Generate with the drafter for ``mode``; see :meth:`SpeculativeGenerator.generate`."""
+        return self.generator.generate(prompt_ids, self.drafter(mode, sources), config, should_stop)

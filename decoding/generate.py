@@ -1,0 +1,220 @@
+"""The speculative generation loop: draft, verify in one target pass, commit, roll back, repeat.
+
+Each round:
+
+1. the drafter proposes k tokens after the committed ones (k = 0 without a drafter: plain decoding
+   through the very same code, the reference the speculative paths must equal);
+2. the target runs one forward pass over ``[last committed] + draft`` (k + 1 positions);
+3. :func:`decoding.verify.greedy_verify` or :func:`decoding.verify.speculative_verify` accepts a prefix
+   of the draft and yields one more token (residual sample or bonus token);
+4. the accepted tokens and that token are committed one at a time, each checked against the stop
+   tokens, the stop strings and ``max_new_tokens`` (shared cases D1-D3): nothing past a stop is
+   committed, counted or left in the cache;
+5. the target's KV cache is rolled back to "committed tokens minus the last".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from decoding.drafters.base import DraftContext, Drafter
+from decoding.kv_cache import KVCacheState
+from decoding.sampling import SamplingParams, processed_probs
+from decoding.stats import GenerationStats
+from decoding.verify import greedy_verify, speculative_verify
+
+FINISH_STOP = "stop"  # a stop token or stop string ended the output
+FINISH_LENGTH = "length"  # max_new_tokens reached
+FINISH_CANCELLED = "cancelled"  # should_stop() turned true between rounds
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """What to generate and how."""
+
+    max_new_tokens: int = 64  # output tokens at most (a stop token counts)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop_strings: tuple[str, ...] = ()  # the text is cut before the first occurrence of any of these
+    stop_token_ids: frozenset[int] | None = None  # None: the tokenizer's and model's end-of-sequence ids
+    max_draft_tokens: int = 8  # k at most per round
+    seed: int | None = None  # random source for sampling; None: nondeterministic
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.max_draft_tokens < 0:
+            raise ValueError(f"max_draft_tokens must be >= 0, got {self.max_draft_tokens}")
+        if any(not s for s in self.stop_strings):
+            raise ValueError("stop strings must be non-empty")
+
+
+@dataclass
+class Generation:
+    """The output of one generation."""
+
+    token_ids: list[int]  # committed new tokens, a final stop token included
+    text: str  # decoded text without special tokens, cut before a stop string
+    finish_reason: str  # FINISH_STOP, FINISH_LENGTH or FINISH_CANCELLED
+    stats: GenerationStats
+
+
+def end_of_sequence_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """End-of-sequence ids of the tokenizer and the model's generation config."""
+    ids: set[int] = set()
+    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, Iterable):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+class _Output:
+    """Commits tokens one at a time and decides when to stop (cases D1-D3)."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, config: GenerationConfig, stop_ids: frozenset[int]):
+        self.tokenizer, self.config, self.stop_ids = tokenizer, config, stop_ids
+        self.token_ids: list[int] = []
+        self.text = ""
+        self.finish_reason: str | None = None
+
+    def commit(self, token: int) -> bool:
+        """Append ``token``; returns True when the output is finished (the token is kept)."""
+        self.token_ids.append(token)
+        if token in self.stop_ids:
+            self.finish_reason = FINISH_STOP
+            return True
+        if self.config.stop_strings:
+            self.text = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
+            cuts = [i for i in (self.text.find(s) for s in self.config.stop_strings) if i >= 0]
+            if cuts:
+                self.text = self.text[: min(cuts)]
+                self.finish_reason = FINISH_STOP
+                return True
+        if len(self.token_ids) >= self.config.max_new_tokens:
+            self.finish_reason = FINISH_LENGTH
+            return True
+        return False
+
+    def final_text(self) -> str:
+        if self.finish_reason == FINISH_STOP and self.config.stop_strings and self.token_ids[-1] not in self.stop_ids:
+            return self.text  # already cut at the stop string
+        kept = [t for t in self.token_ids if t not in self.stop_ids]
+        return self.tokenizer.decode(kept, skip_special_tokens=True)
+
+
+class SpeculativeGenerator:
+    """Generates with one target model, any drafter, and a KV cache kept between calls.
+
+    The cache persists across :meth:`generate` calls: a prompt sharing a prefix with the previous
+    one reuses that prefix (the stats report computed vs reused prefill tokens).
+
+    Args:
+        model: the target causal LM, in eval mode.
+        tokenizer: its tokenizer (used for stop strings and the output text).
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.state = KVCacheState(model)
+        self.default_stop_ids = end_of_sequence_ids(model, tokenizer)
+        self._verify_ms = 0.0  # EMA of one verify pass, handed to drafters for cost estimates
+
+    def _generator(self, seed: int | None) -> torch.Generator:
+        generator = torch.Generator(device=self.model.device)
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed)
+        return generator
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt_ids: list[int],
+        drafter: Drafter | None,
+        config: GenerationConfig,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Generation:
+        """Generate a continuation of ``prompt_ids``.
+
+        Args:
+            prompt_ids: the prompt's token ids (at least one).
+            drafter: proposes draft tokens each round; ``None`` for plain decoding.
+            config: limits, sampling and stops.
+            should_stop: polled between verify rounds; when it returns True the generation ends
+                with finish reason ``"cancelled"`` and what was committed so far.
+        Returns:
+            :class:`Generation`.
+        Raises:
+            ValueError: if ``prompt_ids`` is empty.
+        """
+        if not prompt_ids:
+            raise ValueError("the prompt must hold at least one token")
+        stats = GenerationStats(prompt_tokens=len(prompt_ids))
+        started = time.perf_counter()
+        generator = self._generator(config.seed)
+        stop_ids = config.stop_token_ids if config.stop_token_ids is not None else self.default_stop_ids
+        output = _Output(self.tokenizer, config, stop_ids)
+        committed = list(prompt_ids)
+
+        pending = self.state.sync(committed)  # uncached prompt tokens; the last is fed by the first round
+        stats.prefill_reused = len(committed) - len(pending)
+        stats.prefill_computed = len(pending)
+        if len(pending) > 1:
+            t0 = time.perf_counter()
+            self.state.forward(pending[:-1], logits_to_keep=1)
+            stats.ms["prefill"] += 1000 * (time.perf_counter() - t0)
+
+        while output.finish_reason is None:
+            if should_stop is not None and should_stop():
+                output.finish_reason = FINISH_CANCELLED
+                break
+            # A round commits k + 1 tokens at most: never draft past max_new_tokens.
+            budget = min(config.max_draft_tokens, config.max_new_tokens - len(output.token_ids) - 1)
+            draft = None
+            if drafter is not None and budget > 0:
+                t0 = time.perf_counter()
+                draft = drafter.propose(DraftContext(committed, budget, config.sampling, generator, self._verify_ms))
+                stats.ms["draft"] += 1000 * (time.perf_counter() - t0)
+            draft_tokens = draft.tokens[:budget] if draft is not None else []
+
+            t0 = time.perf_counter()
+            cached_before = len(self.state)  # == len(committed) - 1
+            target_logits = self.state.forward([committed[-1], *draft_tokens]).float()  # (k + 1, V)
+            if config.sampling.greedy:
+                result = greedy_verify(target_logits, draft_tokens)
+            else:
+                target_probs = processed_probs(target_logits, config.sampling)  # (k + 1, V)
+                draft_probs = draft.draft_probs[: len(draft_tokens)] if draft is not None and draft.draft_probs is not None else None
+                result = speculative_verify(target_probs, draft_tokens, draft_probs, generator)
+            # Rollback invariant: the cache holds the committed tokens minus the last.
+            self.state.rollback(cached_before + 1 + result.num_accepted)
+            elapsed = 1000 * (time.perf_counter() - t0)
+            stats.ms["verify"] += elapsed
+            stats.target_passes += 1
+            self._verify_ms = elapsed if self._verify_ms == 0 else 0.8 * self._verify_ms + 0.2 * elapsed
+
+            new_tokens = [*draft_tokens[: result.num_accepted], result.next_token]
+            num_committed = 0
+            for token in new_tokens:
+                num_committed += 1
+                committed.append(token)
+                if output.commit(token):
+                    break
+            accepted = min(result.num_accepted, num_committed)
+            if draft is not None:
+                stats.record_draft(draft.source, len(draft_tokens), accepted)
+                drafter.observe(draft, accepted)
+
+        # Nothing past the output stays cached: keep at most the committed tokens minus the last.
+        self.state.rollback(min(len(self.state), max(len(committed) - 1, 0)))
+        stats.new_tokens = len(output.token_ids)
+        stats.ms["total"] = 1000 * (time.perf_counter() - started)
+        return Generation(output.token_ids, output.final_text(), output.finish_reason, stats)

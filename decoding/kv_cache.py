@@ -1,0 +1,98 @@
+"""A causal LM's KV cache together with the token ids it holds, and the one rollback operation.
+
+Invariant (checked after every forward and rollback): ``cache.get_seq_length() == len(token_ids)``,
+i.e. the cache holds keys and values for exactly ``token_ids``, in order.
+
+The generation loop keeps the target's cache at "the committed tokens minus the last" after every
+round: the last committed token has not been fed yet; it is the first input of the next verify pass.
+A draft model's cache is synchronised the same way before it drafts (:meth:`KVCacheState.sync`):
+anything past the longest common prefix with the committed tokens (rejected draft tokens) is rolled
+back, and committed tokens it has not seen (accepted tokens, the residual or bonus token, the last
+draft token when all were accepted) are fed. Syncing by common prefix also lets a later request
+reuse the prompt prefix already in the cache.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+class KVCacheState:
+    """The KV cache of one model and the token ids it covers."""
+
+    def __init__(self, model: PreTrainedModel):
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.token_ids: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def rollback(self, keep: int) -> None:
+        """Drop cached positions so that exactly the first ``keep`` tokens remain.
+
+        Raises:
+            ValueError: if ``keep`` is negative or more than the cache holds.
+        """
+        if not 0 <= keep <= len(self.token_ids):
+            raise ValueError(f"cannot keep {keep} tokens of a cache holding {len(self.token_ids)}")
+        remove = len(self.token_ids) - keep
+        if remove:
+            self.cache.crop(-remove)  # transformers 5: a negative count of tokens to remove
+            del self.token_ids[keep:]
+        self._check()
+
+    def common_prefix(self, token_ids: list[int]) -> int:
+        """Length of the longest common prefix of the cached ids and ``token_ids``."""
+        cached = self.token_ids
+        limit = min(len(cached), len(token_ids))
+        if cached[:limit] == token_ids[:limit]:
+            return limit
+        lo, hi = 0, limit  # binary search for the first mismatch on prefix equality
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if cached[:mid] == token_ids[:mid]:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def sync(self, token_ids: list[int]) -> list[int]:
+        """Roll back to the common prefix with ``token_ids`` and return the ids still to feed.
+
+        At least one id is always left to feed (the last one), so the caller gets fresh logits for
+        the position after ``token_ids``.
+
+        Raises:
+            ValueError: if ``token_ids`` is empty.
+        """
+        if not token_ids:
+            raise ValueError("cannot sync a cache to an empty token sequence")
+        keep = min(self.common_prefix(token_ids), len(token_ids) - 1)
+        self.rollback(keep)
+        return token_ids[keep:]
+
+    @torch.no_grad()
+    def forward(self, new_ids: list[int], logits_to_keep: int = 0) -> torch.Tensor:
+        """Feed ``new_ids`` after the cached tokens and return their logits.
+
+        Args:
+            new_ids: token ids to append (at least one).
+            logits_to_keep: 0 for the logits of every new position, n for the last n only.
+        Returns:
+            ``(n, V)`` logits in the model's dtype on the model's device.
+        """
+        if not new_ids:
+            raise ValueError("forward needs at least one new token")
+        input_ids = torch.tensor([new_ids], device=self.model.device)  # (1, n)
+        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        if out.cache is not None:
+            self.cache = out.cache
+        self.token_ids.extend(new_ids)
+        self._check()
+        return out.logits[0]  # (n, V)
+
+    def _check(self) -> None:
+        held = self.cache.get_seq_length()
+        assert held == len(self.token_ids), f"KV cache holds {held} positions for {len(self.token_ids)} token ids"

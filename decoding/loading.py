@@ -1,0 +1,135 @@
+"""Loading target and draft models and their tokenizer.
+
+A model is named by a local directory or a Hugging Face hub id; the bundled starter pair is the
+default. A local directory is loaded with ``local_files_only=True`` (no network); only a hub id the
+user names may download. ``trust_remote_code`` stays off unless the caller turns it on.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from decoding.starter import DRAFT_DIR, TARGET_DIR
+
+log = logging.getLogger(__name__)
+
+STARTER_TARGET = "starter"  # model name meaning the bundled starter target
+STARTER_DRAFT = "starter-draft"  # model name meaning the bundled starter draft
+NO_DRAFT = "none"
+
+
+class ModelLoadError(RuntimeError):
+    """A model or tokenizer could not be loaded, or a draft does not fit its target."""
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM in eval mode and its tokenizer."""
+
+    name: str
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the model's logits (may exceed ``len(tokenizer)`` when the embedding is padded)."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``"auto"`` picks CUDA when available, else CPU; anything else is passed to ``torch.device``."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise ModelLoadError(f"unknown device {device!r}: {exc}") from exc
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``"auto"``: bfloat16 on CUDA, float32 elsewhere; else ``float32``/``float16``/``bfloat16``."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    names = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if dtype not in names:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(sorted(names))}")
+    return names[dtype]
+
+
+def model_location(name: str) -> tuple[str, bool]:
+    """``(path or hub id, local_only)`` for a model name; starter names map to the bundled pair."""
+    if name == STARTER_TARGET:
+        return str(TARGET_DIR), True
+    if name == STARTER_DRAFT:
+        return str(DRAFT_DIR), True
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} is not a model directory: it has no config.json")
+        return str(path), True
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise ModelLoadError(f"model directory {name!r} does not exist")
+    return name, False
+
+
+def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False) -> LoadedModel:
+    """Load a causal LM and its tokenizer for inference.
+
+    Args:
+        name: ``"starter"``, ``"starter-draft"``, a local model directory, or a hub id (downloads).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
+        dtype: ``"auto"`` (bf16 on CUDA, fp32 on CPU) or an explicit float type.
+        trust_remote_code: allow a hub repository's own modelling code to run. Off by default.
+    Raises:
+        ModelLoadError: missing directory, unknown hub id, no network, unsupported architecture.
+    """
+    location, local_only = model_location(name)
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local_only,
+                                                  trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(location, local_files_only=local_only, dtype=torch_dtype,
+                                                     trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"could not load model {name!r} from {location}: {exc}") from exc
+    model.to(torch_device).eval()
+    log.info("loaded %s from %s on %s as %s", name, location, torch_device, torch_dtype)
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer)
+
+
+_PROBE_TEXT = "def main(argv):\n    return {'ok': [1, 2.5, \"é😀\"]}  # probe\n"
+
+
+def check_draft_compatible(target: LoadedModel, draft: LoadedModel) -> None:
+    """Refuse a draft whose tokenizer maps text to other ids than the target's (shared case D8).
+
+    The tokenizers must have the same vocabulary (token -> id) and encode a probe text identically.
+    The models' logit widths may differ (e.g. Qwen2.5-Coder-0.5B pads its embedding to 151936 rows
+    and -7B to 152064, over one 151665-token tokenizer); draft logits are then padded or cut to the
+    target's width, which keeps verification exact.
+
+    Raises:
+        ModelLoadError: naming both models and what differs.
+    """
+    target_vocab, draft_vocab = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    where = f"draft model {draft.name!r} and target model {target.name!r}"
+    if len(target_vocab) != len(draft_vocab):
+        raise ModelLoadError(f"{where} have different vocabulary sizes ({len(draft_vocab)} vs "
+                             f"{len(target_vocab)} tokens); a draft must share the target's tokenizer")
+    if target_vocab != draft_vocab:
+        differing = sum(1 for token, i in target_vocab.items() if draft_vocab.get(token) != i)
+        raise ModelLoadError(f"{where} map {differing} tokens to different ids; "
+                             "a draft must share the target's tokenizer")
+    target_ids = target.tokenizer.encode(_PROBE_TEXT, add_special_tokens=False)
+    draft_ids = draft.tokenizer.encode(_PROBE_TEXT, add_special_tokens=False)
+    if target_ids != draft_ids:
+        raise ModelLoadError(f"{where} tokenize the same text differently; a draft must share the target's tokenizer")
+    if draft.vocab_size < len(draft_vocab) or target.vocab_size < len(target_vocab):
+        raise ModelLoadError(f"{where}: a model's output layer is narrower than its tokenizer's vocabulary")

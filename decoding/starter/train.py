@@ -1,0 +1,281 @@
+"""Train the bundled starter pair (tokenizer, target, draft) on this interpreter's standard library.
+
+Reproducible up to the time budget: seeds are fixed, and ``--max-steps`` pins the number of steps
+when exact reproduction matters (the time budget alone stops wherever the machine got to).
+
+    python -m decoding.starter.train --target-minutes 20 --draft-minutes 7
+
+Writes ``OUT/target`` and ``OUT/draft`` (default: the package's ``models`` directory), each a
+Hugging Face model directory with bf16 safetensors weights, the shared tokenizer, a model card
+(``README.md``) and ``training.json`` with the recipe and the held-out loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from decoding.starter import MODELS_DIR, SPECIAL_TOKENS
+from decoding.starter.data import (
+    DEFAULT_HELD_OUT,
+    ExampleMaker,
+    ExampleMix,
+    chunk_text,
+    read_texts,
+    stdlib_files,
+    train_tokenizer,
+)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Qwen2 shape of one starter model."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+
+
+TARGET_SHAPE = ModelShape(384, 6, 6, 2, 1024)  # about 12.6M parameters with an 8k vocabulary
+DRAFT_SHAPE = ModelShape(128, 2, 2, 1, 384)  # about 1.5M parameters
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings for one model."""
+
+    minutes: float  # wall-clock budget for the optimisation loop
+    max_steps: int = 1_000_000  # a hard cap; the time budget usually ends training first
+    context: int = 1024  # tokens per training sequence
+    batch_size: int = 4  # sequences per step
+    lr: float = 2e-3  # peak learning rate
+    min_lr_ratio: float = 0.1  # the cosine schedule decays to lr * min_lr_ratio
+    warmup_steps: int = 30
+    weight_decay: float = 0.1
+    seed: int = 0
+
+
+def build_config(shape: ModelShape, tokenizer: PreTrainedTokenizerFast, context: int) -> Qwen2Config:
+    """A Qwen2 config for ``shape`` with the tokenizer's vocabulary and special-token ids."""
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        max_position_embeddings=4 * context,  # positions beyond the training context extrapolate (RoPE)
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def wrap_tokenizer(tokenizer) -> PreTrainedTokenizerFast:
+    """The ``tokenizers`` object as a transformers tokenizer with its special tokens declared."""
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|endoftext|>",
+        pad_token="<|fim_pad|>",
+        additional_special_tokens=[t for t in SPECIAL_TOKENS if t not in ("<|endoftext|>", "<|fim_pad|>")],
+        model_max_length=4096,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+class Batches:
+    """Random packed sequences of ``context + 1`` tokens drawn from the example mix."""
+
+    def __init__(self, chunks: list[str], maker: ExampleMaker, context: int, rng: random.Random):
+        self.chunks, self.maker, self.context, self.rng = chunks, maker, context, rng
+
+    def sequence(self) -> list[int]:
+        ids: list[int] = []
+        while len(ids) < self.context + 1:
+            ids.extend(self.maker(self.rng.choice(self.chunks)))
+        return ids[: self.context + 1]
+
+    def __call__(self, batch_size: int) -> torch.Tensor:
+        return torch.tensor([self.sequence() for _ in range(batch_size)])  # (B, T + 1)
+
+
+def lr_at(cfg: TrainConfig, step: int, progress: float) -> float:
+    """Linear warm-up, then cosine decay over ``progress`` in [0, 1] (time or steps, whichever is further)."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
+
+
+def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, name: str) -> dict:
+    """Optimise ``model`` in place; returns the steps, tokens and last training loss."""
+    torch.manual_seed(cfg.seed)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
+    model.train()
+    budget_s = cfg.minutes * 60
+    start = time.monotonic()
+    step, tokens, loss_ema = 0, 0, None
+    bar = tqdm(total=int(budget_s), desc=f"train {name}", unit="s", file=sys.stderr, dynamic_ncols=True)
+    while step < cfg.max_steps:
+        elapsed = time.monotonic() - start
+        if elapsed >= budget_s:
+            break
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(cfg, step, max(elapsed / budget_s, step / cfg.max_steps))
+        batch = batches(cfg.batch_size)  # (B, T + 1)
+        logits = model(input_ids=batch[:, :-1]).logits  # (B, T, V)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        tokens += batch[:, 1:].numel()
+        loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+        bar.n = min(int(time.monotonic() - start), int(budget_s))
+        bar.set_postfix(step=step, loss=f"{loss_ema:.3f}", tok_s=f"{tokens / (time.monotonic() - start):.0f}")
+    bar.close()
+    model.eval()
+    return {"steps": step, "train_tokens": tokens, "final_train_loss_ema": loss_ema,
+            "train_seconds": round(time.monotonic() - start, 1)}
+
+
+@torch.no_grad()
+def held_out_loss(model: Qwen2ForCausalLM, token_ids: list[int], context: int, max_windows: int) -> dict:
+    """Mean next-token cross-entropy (nats/token) over non-overlapping ``context``-token windows."""
+    model.eval()
+    total, count = 0.0, 0
+    windows = [token_ids[i : i + context + 1] for i in range(0, len(token_ids) - context, context)][:max_windows]
+    for window in windows:
+        ids = torch.tensor([window])  # (1, T + 1)
+        logits = model(input_ids=ids[:, :-1]).logits.float()  # (1, T, V)
+        total += torch.nn.functional.cross_entropy(logits[0], ids[0, 1:], reduction="sum").item()
+        count += context
+    return {"held_out_loss": round(total / max(count, 1), 4), "held_out_tokens": count}
+
+
+def model_card(name: str, info: dict) -> str:
+    """A short Markdown model card from the training record."""
+    lines = [
+        f"# speclsp starter {name}",
+        "",
+        f"A {info['parameters'] / 1e6:.2f}M-parameter Qwen2-architecture code model, trained from scratch "
+        "by `python -m decoding.starter.train` on this interpreter's standard-library `.py` files "
+        f"(tests excluded; held out for evaluation: {', '.join(info['held_out_packages'])}).",
+        "It is a toy for demos and tests of the speculative engine, not a useful code assistant.",
+        "",
+        "| field | value |",
+        "|---|---|",
+    ]
+    for key in ("parameters", "shape", "vocab_size", "context", "steps", "train_tokens", "train_seconds",
+                "batch_size", "runs", "data_mix", "training_files", "held_out_loss", "held_out_tokens",
+                "weights_dtype", "python"):
+        lines.append(f"| {key} | `{json.dumps(info.get(key))}` |")
+    lines += ["", "Held-out loss: mean next-token cross-entropy in nats per token on plain held-out text, "
+              "measured with the shipped bf16 weights loaded as fp32.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=MODELS_DIR)
+    parser.add_argument("--target-minutes", type=float, default=20.0)
+    parser.add_argument("--draft-minutes", type=float, default=7.0)
+    parser.add_argument("--max-steps", type=int, default=1_000_000)
+    parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    parser.add_argument("--held-out", nargs="+", default=list(DEFAULT_HELD_OUT))
+    parser.add_argument("--eval-windows", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--init-from", type=Path, default=None,
+                        help="continue from the models (and tokenizer) in this directory instead of training "
+                             "from scratch; the training record accumulates steps and tokens")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+
+    held_out = tuple(args.held_out)
+    train_paths = stdlib_files(held_out)
+    train_texts = read_texts(train_paths)
+    eval_texts = read_texts(stdlib_files(held_out, want_held_out=True))
+    print(f"corpus: {len(train_texts)} training files, {len(eval_texts)} held-out files", file=sys.stderr)
+    if args.init_from is not None:
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(args.init_from / "target")
+    else:
+        tokenizer = wrap_tokenizer(train_tokenizer(train_texts, args.vocab_size))
+    eos = tokenizer.eos_token_id
+    eval_ids: list[int] = []
+    for text in eval_texts:
+        eval_ids += tokenizer.encode(text, add_special_tokens=False) + [eos]
+
+    chunks = [c for text in train_texts for c in chunk_text(text, max_chars=3000)]
+    mix = ExampleMix()
+    for name, shape, minutes in (("target", TARGET_SHAPE, args.target_minutes),
+                                 ("draft", DRAFT_SHAPE, args.draft_minutes)):
+        if minutes <= 0:
+            continue
+        previous: dict = {}  # the training record of the model we continue from
+        if args.init_from is not None:
+            model = Qwen2ForCausalLM.from_pretrained(args.init_from / name, dtype=torch.float32)
+            previous = json.loads((args.init_from / name / "training.json").read_text())
+        else:
+            torch.manual_seed(args.seed)
+            model = Qwen2ForCausalLM(build_config(shape, tokenizer, args.context))
+        earlier_runs = len(previous.get("runs", [previous])) if previous else 0
+        cfg = TrainConfig(minutes=minutes, max_steps=args.max_steps, context=args.context, batch_size=args.batch_size,
+                          seed=args.seed + earlier_runs, lr=args.lr, warmup_steps=10 if previous else 30)
+        rng = random.Random(cfg.seed)
+        batches = Batches(chunks, ExampleMaker(tokenizer.backend_tokenizer, mix, rng), args.context, rng)
+        record = train_model(model, batches, cfg, name)
+        run_keys = ("steps", "train_tokens", "train_seconds", "lr", "seed")
+        runs = previous.get("runs", [{k: previous.get(k) for k in run_keys}] if previous else [])
+        runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")} | {"lr": cfg.lr, "seed": cfg.seed})
+        record.update(runs=runs, steps=sum(r["steps"] for r in runs), train_tokens=sum(r["train_tokens"] for r in runs),
+                      train_seconds=round(sum(r["train_seconds"] for r in runs), 1))
+        model = model.to(torch.bfloat16)
+        out_dir = args.out / name
+        out_dir.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out_dir)
+        tokenizer.save_pretrained(out_dir)
+        shipped = Qwen2ForCausalLM.from_pretrained(out_dir, dtype=torch.float32)
+        record.update(held_out_loss(shipped, eval_ids, args.context, args.eval_windows))
+        record.update(
+            parameters=sum(p.numel() for p in shipped.parameters()),
+            shape=asdict(shape), vocab_size=len(tokenizer), context=args.context,
+            batch_size=args.batch_size, data_mix=asdict(mix),
+            training_files=len(train_texts), held_out_packages=list(held_out), weights_dtype="bfloat16",
+            python=sys.version.split()[0],
+        )
+        (out_dir / "training.json").write_text(json.dumps(record, indent=2) + "\n")
+        (out_dir / "README.md").write_text(model_card(name, record))
+        print(f"{name}: {json.dumps(record)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,193 @@
+"""The ``speclsp`` command: ``serve`` (the language server on stdio), ``complete``, ``train-starter``.
+
+``speclsp complete FILE:LINE:COL`` takes a 1-based line and a 1-based column counted in characters
+(code points), as compilers print them, and prints the completion there. Logs and statistics go to
+stderr; stdout carries only the completion (or the JSON with ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from lsprotocol import types
+
+from decoding.engine import DRAFTER_MODES, Engine
+from decoding.loading import STARTER_DRAFT, STARTER_TARGET, ModelLoadError
+from lsp_server.documents import Document
+from lsp_server.positions import PositionError, codec_for
+from lsp_server.settings import Settings
+
+
+class UsageError(ValueError):
+    """A command-line argument that cannot be used; printed without a trace."""
+
+
+def parse_location(spec: str) -> tuple[Path, int, int]:
+    """``FILE:LINE:COL`` -> (path, 0-based line, 0-based column in code points)."""
+    try:
+        path, line, column = spec.rsplit(":", 2)
+        line_no, column_no = int(line), int(column)
+    except ValueError:
+        raise UsageError(f"expected FILE:LINE:COL with 1-based numbers, got {spec!r}") from None
+    if line_no < 1 or column_no < 1:
+        raise UsageError(f"line and column are 1-based, got {line_no}:{column_no}")
+    return Path(path), line_no - 1, column_no - 1
+
+
+def read_source(path: Path, max_bytes: int = 4_000_000) -> str:
+    """A source file's text (UTF-8).
+
+    Raises:
+        UsageError: missing, too large, binary or not UTF-8.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise UsageError(f"{path} is {len(data)} bytes; files over {max_bytes} bytes are not completed")
+    if b"\0" in data:
+        raise UsageError(f"{path} looks binary (it contains NUL bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path} is not UTF-8 text: {exc}") from None
+
+
+def cut_hole(document: Document, position: types.Position, codec, num_lines: int) -> tuple[Document, str]:
+    """Remove the text from ``position`` to the end of its line and the next ``num_lines - 1`` lines
+    (line breaks after the last one kept); returns the new document and the removed text."""
+    lines = document.lines
+    start = lines.offset_at(position, codec)
+    last_line = min(position.line + num_lines - 1, len(lines.starts) - 1)
+    end = lines.offset_at(types.Position(line=last_line, character=2**31 - 1), codec)
+    text = document.text[:start] + document.text[end:]
+    return Document(document.uri, text, document.version + 1, document.language_id), document.text[start:end]
+
+
+def run_complete(args: argparse.Namespace) -> int:
+    from lsp_server.completer import complete
+
+    path, line, column = parse_location(args.location)
+    text = read_source(path)
+    document = Document(uri=path.resolve().as_uri(), text=text, version=0, language_id="")
+    codec = codec_for(types.PositionEncodingKind.Utf32)  # columns are characters
+    position = types.Position(line=line, character=column)
+    try:
+        line_text = document.lines.line_text(line) if line < len(document.lines.starts) else None
+        document.lines.offset_at(position, codec)
+    except PositionError as exc:
+        raise UsageError(f"{args.location}: {exc}") from None
+    if line_text is not None and column > len(line_text):
+        raise UsageError(f"{args.location}: column {column + 1} is past the end of line {line + 1} "
+                         f"({len(line_text)} characters)")
+    removed = ""
+    if args.cut_lines:
+        document, removed = cut_hole(document, position, codec, args.cut_lines)
+    settings = Settings(model=args.model, draft_model=args.draft_model, device=args.device, dtype=args.dtype,
+                        trust_remote_code=args.trust_remote_code, drafter=args.drafter,
+                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                        top_p=args.top_p, max_draft_tokens=args.max_draft_tokens)
+    engine = Engine.load(settings.engine_config(), lambda stage: logging.getLogger("speclsp").info("%s", stage))
+    results = []
+    for i in range(args.num_samples):
+        seed = None if args.seed is None else args.seed + i
+        completion = complete(engine, document, position, codec, settings, seed=seed)
+        results.append(completion)
+        print(f"[speclsp] sample {i}: {completion.generation.stats.summary()} "
+              f"finish={completion.generation.finish_reason}", file=sys.stderr)
+    if args.json:
+        payload = {
+            "location": args.location,
+            "removed": removed,
+            "settings": {k: v for k, v in vars(settings).items()},
+            "completions": [{
+                "insert_text": c.insert_text,
+                "text": c.generation.text,
+                "token_ids": c.generation.token_ids,
+                "finish_reason": c.generation.finish_reason,
+                "stats": c.generation.stats.to_dict(),
+            } for c in results],
+        }
+        print(json.dumps(payload, indent=2, ensure_ascii=False))
+    else:
+        for completion in results:
+            sys.stdout.write(completion.insert_text + "\n")
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from lsp_server.server import create_server
+
+    create_server().start_io()
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from decoding.starter.train import main as train_main
+
+    return train_main(args.train_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="speclsp", description="Local code completion with exact speculative decoding.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the language server on stdio")
+    serve.set_defaults(run=run_serve)
+
+    comp = commands.add_parser("complete", help="complete a file at FILE:LINE:COL (1-based, columns in characters)")
+    comp.add_argument("location", metavar="FILE:LINE:COL")
+    comp.add_argument("--model", default=STARTER_TARGET, help="target: 'starter', a model directory or a hub id")
+    comp.add_argument("--draft-model", default=STARTER_DRAFT, help="draft: 'starter-draft', a directory, a hub id or 'none'")
+    comp.add_argument("--drafter", choices=DRAFTER_MODES, default="auto",
+                      help="'none' is plain decoding through the same code: the reference")
+    comp.add_argument("--max-new-tokens", type=int, default=64)
+    comp.add_argument("--max-draft-tokens", type=int, default=8, help="draft length cap per verify round")
+    comp.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    comp.add_argument("--top-k", type=int, default=0, help="0 = off")
+    comp.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    comp.add_argument("--seed", type=int, default=None)
+    comp.add_argument("--num-samples", type=int, default=1)
+    comp.add_argument("--device", default="auto")
+    comp.add_argument("--dtype", default="auto")
+    comp.add_argument("--trust-remote-code", action="store_true", help="run a hub model's own code (off by default)")
+    comp.add_argument("--cut-lines", type=int, default=0, metavar="N",
+                      help="first remove the text from the cursor to the end of the N-th line (try the model on "
+                           "existing code: the removed text is what it should write back)")
+    comp.add_argument("--json", action="store_true", help="print each completion's text, token ids and stats as JSON")
+    comp.set_defaults(run=run_complete)
+
+    from lsp_server import bench
+
+    bench.add_parser(commands)
+
+    train = commands.add_parser("train-starter", help="retrain the bundled starter models (see decoding.starter.train)",
+                                add_help=False)
+    train.add_argument("train_args", nargs=argparse.REMAINDER)
+    train.set_defaults(run=run_train)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpcore", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        if getattr(args, "num_samples", 1) < 1:
+            raise UsageError("--num-samples must be >= 1")
+        return args.run(args)
+    except (UsageError, ModelLoadError, ValueError) as exc:
+        print(f"speclsp: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

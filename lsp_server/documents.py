@@ -1,0 +1,80 @@
+"""The document store: ``didOpen`` / ``didChange`` / ``didClose`` events in, text out.
+
+Incremental changes are applied with :mod:`lsp_server.positions` (LSP line breaks, negotiated
+encoding), so a document holding form feeds or U+2028 keeps its coordinates right.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from lsprotocol import types
+from pygls.workspace.position_codec import PositionCodec
+
+from lsp_server.positions import LineIndex
+
+
+@dataclass(frozen=True)
+class Document:
+    """An immutable snapshot of an open document."""
+
+    uri: str
+    text: str
+    version: int
+    language_id: str
+
+    @property
+    def lines(self) -> LineIndex:
+        return LineIndex.of(self.text)
+
+
+class DocumentStore:
+    """Open documents by URI. Thread-safe: handlers write, the model worker reads snapshots."""
+
+    def __init__(self) -> None:
+        self._documents: dict[str, Document] = {}
+        self._lock = threading.Lock()
+
+    def open(self, item: types.TextDocumentItem) -> Document:
+        document = Document(item.uri, item.text, item.version, item.language_id)
+        with self._lock:
+            self._documents[item.uri] = document
+        return document
+
+    def change(self, params: types.DidChangeTextDocumentParams, codec: PositionCodec) -> Document:
+        """Apply content changes in order.
+
+        Raises:
+            KeyError: for a document that was never opened.
+            lsp_server.positions.PositionError: for a change range outside the document; the
+                document is left as it was.
+        """
+        with self._lock:
+            document = self._documents[params.text_document.uri]
+            text = document.text
+            for change in params.content_changes:
+                if isinstance(change, types.TextDocumentContentChangePartial):
+                    index = LineIndex.of(text)
+                    start = index.offset_at(change.range.start, codec)
+                    end = index.offset_at(change.range.end, codec)
+                    if end < start:
+                        start, end = end, start
+                    text = text[:start] + change.text + text[end:]
+                else:
+                    text = change.text
+            document = Document(document.uri, text, params.text_document.version, document.language_id)
+            self._documents[document.uri] = document
+        return document
+
+    def close(self, uri: str) -> None:
+        with self._lock:
+            self._documents.pop(uri, None)
+
+    def get(self, uri: str) -> Document | None:
+        with self._lock:
+            return self._documents.get(uri)
+
+    def all(self) -> list[Document]:
+        with self._lock:
+            return list(self._documents.values())

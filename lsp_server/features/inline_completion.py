@@ -1,0 +1,20 @@
+"""``textDocument/inlineCompletion`` (LSP 3.18): ghost text at the cursor.
+
+Answers one item that always carries a ``range`` (an empty range at the cursor, in the negotiated
+position encoding, shared case L5), or an empty list when there is nothing to offer.
+"""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+
+def register(server) -> None:
+    # Registering with options makes pygls advertise inlineCompletionProvider in initialize.
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(ls, params: types.InlineCompletionParams) -> types.InlineCompletionList:
+        answer = await ls.service.complete("inlineCompletion", params.text_document.uri, params.position)
+        if answer is None:
+            return types.InlineCompletionList(items=[])
+        return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=answer.insert_text,
+                                                                            range=answer.range)])

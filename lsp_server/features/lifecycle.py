@@ -1,0 +1,91 @@
+"""``initialize``, ``initialized``, ``workspace/didChangeConfiguration`` and ``shutdown``.
+
+* ``initialize``: settings from ``initializationOptions`` (invalid values: ``window/showMessage``
+  warning, defaults kept); the position encoding pygls negotiated from the client's
+  ``general.positionEncodings`` is what every position of ours uses.
+* ``initialized``: models load in the background with work-done progress (``$/progress``) when the
+  client supports it; requests before they are ready get an empty answer.
+* ``workspace/didChangeConfiguration``: new settings; a changed model reloads in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from lsprotocol import types
+
+from lsp_server.settings import parse_settings
+from lsp_server.worker import READY
+
+_tokens = itertools.count(1)
+
+
+def _warn(ls, warnings: list[str]) -> None:
+    for warning in warnings:
+        ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=f"speclsp: {warning}"))
+        ls.tracer.message(f"[speclsp] {warning}", types.MessageType.Warning)
+
+
+async def load_models(ls) -> None:
+    """Load the configured models on the worker, reporting progress to the client when it can."""
+    loop = asyncio.get_running_loop()
+    config = ls.settings.engine_config()
+    token = None
+    if getattr(getattr(ls.client_capabilities, "window", None), "work_done_progress", False):
+        token = f"speclsp-load-{next(_tokens)}"
+        try:
+            await ls.work_done_progress.create_async(token)
+            ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(
+                title="speclsp: loading models", message=config.model, cancellable=False))
+        except Exception as exc:  # noqa: BLE001 - a client refusing progress must not stop loading
+            ls.tracer.message(f"[speclsp] work-done progress unavailable: {exc}", types.MessageType.Warning)
+            token = None
+
+    def report(stage: str) -> None:  # on the event loop
+        ls.tracer.message(f"[speclsp] {stage}")
+        if token is not None:
+            ls.work_done_progress.report(token, types.WorkDoneProgressReport(message=stage))
+
+    def on_stage(stage: str) -> None:  # on the worker thread
+        loop.call_soon_threadsafe(report, stage)
+
+    ls.tracer.message(f"[speclsp] loading models: target={config.model} draft={config.draft_model} "
+                      f"device={config.device} dtype={config.dtype}")
+    state = await asyncio.wrap_future(ls.worker.load(config, on_stage))
+    if state == READY:
+        engine = ls.worker.engine
+        message = (f"models ready: target={config.model} on {engine.target.model.device} "
+                   f"({engine.target.model.dtype}), draft={config.draft_model}")
+    else:
+        message = f"model loading failed: {ls.worker.error}"
+        ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=f"speclsp: {message}"))
+    ls.tracer.message(f"[speclsp] {message}", types.MessageType.Info if state == READY else types.MessageType.Error)
+    if token is not None:
+        ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
+
+
+def register(server) -> None:
+    @server.feature(types.INITIALIZE)
+    def initialize(ls, params: types.InitializeParams) -> None:
+        ls.settings, warnings = parse_settings(params.initialization_options)
+        ls.service.position_encoding = ls.workspace.position_encoding
+        ls.pending_warnings = warnings
+
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls, params: types.InitializedParams) -> None:
+        _warn(ls, getattr(ls, "pending_warnings", []))
+        ls.tracer.message(f"[speclsp] position encoding: {ls.service.position_encoding}")
+        await load_models(ls)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls, params: types.DidChangeConfigurationParams) -> None:
+        old = ls.settings
+        ls.settings, warnings = parse_settings(params.settings, base=old)
+        _warn(ls, warnings)
+        if ls.settings.engine_config() != old.engine_config():
+            await load_models(ls)
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls, *args) -> None:
+        ls.worker.shutdown()

@@ -1,0 +1,108 @@
+"""Completion requests as the server handles them: ids, staleness, cancellation, logging.
+
+Both ``textDocument/inlineCompletion`` and ``textDocument/completion`` come through
+:meth:`CompletionService.complete`:
+
+* before the models are ready, the answer is ``None`` (empty), not an error;
+* an unknown document or a position outside it is a JSON-RPC ``InvalidParams`` error with a clear
+  message (shared case L2);
+* a newer request for the same document cancels the one in flight, which stops within one verify
+  round and is answered with ``None``; so does ``$/cancelRequest``;
+* every request is logged with its id, per-stage milliseconds and acceptance counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from dataclasses import dataclass
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+
+from lsp_server.completer import Completion, complete
+from lsp_server.documents import DocumentStore
+from lsp_server.positions import PositionError, codec_for
+from lsp_server.tracing import Tracer
+from lsp_server.worker import READY, ModelWorker
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A completion and where it goes, in the client's position encoding."""
+
+    insert_text: str
+    range: types.Range
+    completion: Completion
+
+
+class CompletionService:
+    """Turns requests into model work and answers."""
+
+    def __init__(self, store: DocumentStore, worker: ModelWorker, tracer: Tracer, settings_ref):
+        self.store = store
+        self.worker = worker
+        self.tracer = tracer
+        self.settings_ref = settings_ref  # callable returning the current Settings
+        self.position_encoding: str | None = None  # set after initialize
+        self._ids = itertools.count(1)
+        self._inflight: dict[str, threading.Event] = {}
+
+    def cancel_document(self, uri: str) -> None:
+        """Stop the generation in flight for ``uri`` (if any) at its next verify round."""
+        event = self._inflight.pop(uri, None)
+        if event is not None:
+            event.set()
+
+    async def complete(self, method: str, uri: str, position: types.Position) -> Answer | None:
+        """Complete at ``position``; ``None`` when there is nothing to offer.
+
+        Raises:
+            JsonRpcInvalidParams: the document is not open or the position is not in it.
+        """
+        request_id = next(self._ids)
+        started = time.perf_counter()
+        document = self.store.get(uri)
+        if document is None:
+            raise JsonRpcInvalidParams(f"document {uri} is not open; send textDocument/didOpen first")
+        codec = codec_for(self.position_encoding)
+        try:
+            document.lines.offset_at(position, codec)
+        except PositionError as exc:
+            raise JsonRpcInvalidParams(f"invalid position for {uri}: {exc}") from exc
+        if self.worker.state != READY:
+            self.tracer.request(request_id, method, uri, position, status=f"models {self.worker.state}")
+            return None
+
+        self.cancel_document(uri)
+        cancelled = threading.Event()
+        self._inflight[uri] = cancelled
+        others = [d for d in self.store.all() if d.uri != uri]
+        queued = time.perf_counter()
+
+        def run(engine):
+            wait_ms = 1000 * (time.perf_counter() - queued)
+            result = complete(engine, document, position, codec, self.settings_ref(), others, cancelled.is_set)
+            return wait_ms, result
+
+        try:
+            wait_ms, completion = await asyncio.wrap_future(self.worker.submit(run))
+        except asyncio.CancelledError:
+            cancelled.set()
+            self.tracer.request(request_id, method, uri, position, status="cancelled by client")
+            raise
+        finally:
+            if self._inflight.get(uri) is cancelled:
+                del self._inflight[uri]
+
+        generation = completion.generation
+        total_ms = 1000 * (time.perf_counter() - started)
+        status = "superseded" if generation.finish_reason == "cancelled" else "ok"
+        self.tracer.request(request_id, method, uri, position, status=status, queue_ms=wait_ms,
+                            completion=completion, total_ms=total_ms)
+        if status != "ok" or not completion.insert_text.strip():
+            return None
+        cursor = document.lines.position_at(completion.context.cursor_offset, codec)
+        return Answer(completion.insert_text, types.Range(start=cursor, end=cursor), completion)

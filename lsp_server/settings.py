@@ -1,0 +1,92 @@
+"""Typed, defaulted server settings from ``initializationOptions`` (section ``speclsp`` or top level).
+
+Keys are camelCase as editors write them. An invalid value is reported back as a warning and the
+default is kept; unknown keys are reported too. Nothing here raises on user input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from decoding.engine import DRAFTER_MODES, EngineConfig
+from decoding.loading import STARTER_DRAFT, STARTER_TARGET
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a user can set. Defaults run the bundled starter pair, greedy, on CPU or CUDA."""
+
+    model: str = STARTER_TARGET  # "starter", a local model directory, or a hub id (downloads)
+    draft_model: str = STARTER_DRAFT  # same forms, or "none"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto | float32 | float16 | bfloat16
+    trust_remote_code: bool = False  # run model repositories' own code; off unless you trust them
+    drafter: str = "auto"  # auto | ngram | model | none
+    max_new_tokens: int = 64  # tokens per completion at most
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    max_draft_tokens: int = 8  # draft length cap per verify round
+    prefix_tokens: int = 1024  # prompt budget before the cursor
+    suffix_tokens: int = 256  # prompt budget after the cursor
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(model=self.model, draft_model=self.draft_model, device=self.device, dtype=self.dtype,
+                            trust_remote_code=self.trust_remote_code, max_draft_tokens=self.max_draft_tokens)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+_CHECKS = {
+    "drafter": lambda v: v in DRAFTER_MODES,
+    "device": lambda v: v == "auto" or v == "cpu" or v == "mps" or v.startswith("cuda"),
+    "dtype": lambda v: v in ("auto", "float32", "fp32", "float16", "fp16", "bfloat16", "bf16"),
+    "model": lambda v: bool(v.strip()),
+    "draft_model": lambda v: bool(v.strip()),
+    "max_new_tokens": lambda v: 1 <= v <= 4096,
+    "temperature": lambda v: 0 <= v <= 10,
+    "top_k": lambda v: v >= 0,
+    "top_p": lambda v: 0 < v <= 1,
+    "max_draft_tokens": lambda v: 0 <= v <= 64,
+    "prefix_tokens": lambda v: 1 <= v <= 32768,
+    "suffix_tokens": lambda v: 0 <= v <= 32768,
+}
+
+
+def parse_settings(options: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
+    """Settings from a JSON object, and a warning per rejected or unknown key.
+
+    Args:
+        options: ``initializationOptions`` or a ``workspace/didChangeConfiguration`` payload; either
+            the settings themselves or ``{"speclsp": {...}}``. ``None`` means no settings.
+        base: values to start from (defaults when ``None``).
+    """
+    settings = base or Settings()
+    if options is None:
+        return settings, []
+    if isinstance(options, dict) and isinstance(options.get("speclsp"), dict):
+        options = options["speclsp"]
+    if not isinstance(options, dict):
+        return settings, [f"settings must be a JSON object, got {type(options).__name__}; using defaults"]
+    by_key = {_camel(f.name): f for f in fields(Settings)}
+    changes: dict[str, Any] = {}
+    warnings = []
+    for key, value in options.items():
+        field = by_key.get(key)
+        if field is None:
+            warnings.append(f"unknown setting speclsp.{key} ignored")
+            continue
+        default = getattr(Settings(), field.name)
+        kind = type(default)
+        ok_type = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value, ok_type = float(value), True
+        if not ok_type or not _CHECKS.get(field.name, lambda v: True)(value):
+            warnings.append(f"invalid value {value!r} for speclsp.{key}; keeping {getattr(settings, field.name)!r}")
+            continue
+        changes[field.name] = value
+    return replace(settings, **changes), warnings

@@ -1,0 +1,87 @@
+"""``speclsp complete`` on a held-out standard-library file, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from decoding.starter.data import stdlib_root
+
+HELD_OUT_FILE = stdlib_root() / "json" / "decoder.py"
+
+
+def speclsp(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lsp_server.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+def body_location() -> str:
+    """FILE:LINE:COL (1-based) at the indentation of the first line after the first 'def'."""
+    lines = HELD_OUT_FILE.read_text(encoding="utf-8").split("\n")
+    line = next(i for i, text in enumerate(lines) if text.startswith("def ")) + 1
+    return f"{HELD_OUT_FILE}:{line + 1}:{len(lines[line]) - len(lines[line].lstrip()) + 1}"
+
+
+def test_complete_prints_a_completion_and_stats():
+    result = speclsp("complete", body_location(), "--cut-lines", "2", "--max-new-tokens", "24")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+    assert "tokens/pass=" in result.stderr and "accepted[" in result.stderr and "verify=" in result.stderr
+
+
+def test_complete_json_and_plain_reference_equal_speculative():
+    outputs = {}
+    for drafter in ("none", "ngram", "model", "auto"):
+        result = speclsp("complete", body_location(), "--cut-lines", "2", "--max-new-tokens", "24",
+                         "--drafter", drafter, "--json")
+        assert result.returncode == 0, result.stderr
+        payload = json.loads(result.stdout)
+        (completion,) = payload["completions"]
+        assert completion["stats"]["new_tokens"] == len(completion["token_ids"]) > 0
+        assert completion["stats"]["target_passes"] >= 1
+        assert payload["removed"]
+        outputs[drafter] = completion["token_ids"]
+        if drafter == "none":
+            assert completion["stats"]["drafted"] == 0
+            assert completion["stats"]["target_passes"] == completion["stats"]["new_tokens"]
+    assert outputs["ngram"] == outputs["model"] == outputs["auto"] == outputs["none"]
+
+
+def test_sampling_with_seed_is_reproducible_and_num_samples():
+    args = ("complete", body_location(), "--cut-lines", "2", "--max-new-tokens", "12", "--temperature", "0.8",
+            "--top-k", "20", "--top-p", "0.95", "--seed", "7", "--num-samples", "2", "--json")
+    first, second = speclsp(*args), speclsp(*args)
+    assert first.returncode == 0, first.stderr
+    runs = [[c["token_ids"] for c in json.loads(r.stdout)["completions"]] for r in (first, second)]
+    assert runs[0] == runs[1] and len(runs[0]) == 2
+
+
+@pytest.mark.parametrize("location,message", [
+    ("nowhere.py:1:1", "cannot read"),
+    ("decoder.py", "expected FILE:LINE:COL"),
+    (f"{HELD_OUT_FILE}:0:1", "1-based"),
+    (f"{HELD_OUT_FILE}:99999:1", "past the last line"),
+    (f"{HELD_OUT_FILE}:1:999", "past the end of line"),
+])
+def test_bad_locations_give_clear_errors(location, message):
+    result = speclsp("complete", location)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_binary_and_undecodable_files_are_refused(tmp_path):
+    binary = tmp_path / "blob.py"
+    binary.write_bytes(b"\x00\x01\x02")
+    latin = tmp_path / "latin.py"
+    latin.write_bytes("x = 'caf\xe9'\n".encode("latin-1"))
+    for path, message in ((binary, "binary"), (latin, "not UTF-8")):
+        result = speclsp("complete", f"{path}:1:1")
+        assert result.returncode == 2 and message in result.stderr
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    result = speclsp("complete", body_location(), "--model", str(tmp_path / "no-such-model"))
+    assert result.returncode == 2
+    assert "does not exist" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,90 @@
+"""Completion post-processing and greedy equivalence on the bundled starter pair."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from lsprotocol import types
+
+from decoding.drafters.draft_model import ModelDrafter
+from decoding.drafters.ngram import NgramDrafter
+from decoding.engine import Engine, EngineConfig
+from decoding.generate import GenerationConfig, _Output
+from decoding.starter.data import read_texts, stdlib_files
+from lsp_server.completer import complete, generation_config, postprocess
+from lsp_server.context import ContextBudget, build_context
+from lsp_server.documents import Document
+from lsp_server.positions import codec_for
+from lsp_server.settings import Settings
+from tests.greedy_check import assert_greedy_equal
+
+UTF16 = codec_for("utf-16")
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return Engine.load(EngineConfig(device="cpu"))
+
+
+def held_out_prompts(engine, count: int) -> list[list[int]]:
+    paths = stdlib_files(want_held_out=True)[:6]
+    prompts = []
+    for path, text in zip(paths, read_texts(paths)):
+        lines = text.split("\n")
+        line = len(lines) // 2
+        document = Document(path.as_uri(), text, 0, "python")
+        context = build_context(document, types.Position(line=line, character=0), UTF16, engine.tokenizer,
+                                ContextBudget(prefix_tokens=256, suffix_tokens=64))
+        prompts.append(context.prompt_ids)
+    return prompts[:count]
+
+
+def test_special_tokens_spelled_out_as_text_are_cut(engine):
+    """Case L8: a model writing '<|endoftext|>' byte by byte (not as the special id) is cut there too."""
+    document = Document("file:///a.py", "def f():\n    ", 1, "python")
+    context = build_context(document, types.Position(line=1, character=4), UTF16, engine.tokenizer, ContextBudget())
+    config = generation_config(Settings(), context, engine, seed=None)
+    assert set(engine.tokenizer.all_special_tokens) <= set(config.stop_strings)
+    assert "\n" not in config.stop_strings  # an empty rest of line: multi-line allowed
+    spelled = engine.tokenizer("return 1<|fim_pad|>junk", add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    assert not set(spelled) & set(engine.tokenizer.all_special_ids)
+    output = _Output(engine.tokenizer, config, frozenset())
+    for token in spelled:
+        if output.commit(token):
+            break
+    assert output.finish_reason == "stop" and output.final_text() == "return 1"
+
+
+def test_postprocess_single_line_crlf_and_trailing_space(engine):
+    single = build_context(Document("file:///a.py", "x = foo()\r\n", 1, "python"),
+                           types.Position(line=0, character=8), UTF16, engine.tokenizer, ContextBudget())
+    assert single.single_line and postprocess("a, b\n    more", single) == "a, b"
+    multi = build_context(Document("file:///b.py", "def f():\r\n    ", 1, "python"),
+                          types.Position(line=1, character=4), UTF16, engine.tokenizer, ContextBudget())
+    assert not multi.single_line
+    assert postprocess("x = 1\n    return x\n\n", multi) == "x = 1\r\n    return x"
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_starter_pair_greedy_equivalence(engine, k):
+    target = engine.target.model
+    config = GenerationConfig(max_new_tokens=20, max_draft_tokens=k, stop_token_ids=frozenset())
+    for prompt in held_out_prompts(engine, 3):
+        plain = engine.generator.generate(prompt, None, config)
+        reference = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                    max_new_tokens=20, min_new_tokens=20, do_sample=False, pad_token_id=0)
+        assert_greedy_equal(target, prompt, plain.token_ids, reference[0, len(prompt):].tolist())
+        for drafter in (ModelDrafter(engine.draft.model, engine.target.vocab_size), NgramDrafter()):
+            spec = engine.generator.generate(prompt, drafter, config)
+            assert_greedy_equal(target, prompt, spec.token_ids, plain.token_ids)
+            assert spec.stats.drafted > 0 or isinstance(drafter, NgramDrafter)
+
+
+def test_every_drafter_mode_completes_the_same(engine):
+    text = read_texts(stdlib_files(want_held_out=True)[:1])[0]
+    document = Document("file:///held_out.py", text, 0, "python")
+    line = len(text.split("\n")) // 3
+    texts = {mode: complete(engine, document, types.Position(line=line, character=0), UTF16,
+                            Settings(drafter=mode, max_new_tokens=24)).insert_text
+             for mode in ("none", "ngram", "model", "auto")}
+    assert len(set(texts.values())) == 1, texts

@@ -1,0 +1,74 @@
+"""Model loading: the starter pair, clear errors, and refusing a draft with another vocabulary (case D8)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from decoding.engine import Engine, EngineConfig
+from decoding.loading import ModelLoadError, check_draft_compatible, load_model, model_location
+from decoding.starter import TARGET_DIR
+from tests.conftest import tiny_model
+
+
+def save_tiny(path, tokenizer, vocab_size):
+    model = tiny_model(seed=3, vocab_size=vocab_size)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def other_tokenizer() -> PreTrainedTokenizerFast:
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    backend.train_from_iterator(["def main():\n    return 1\n"] * 50, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>")
+
+
+def test_starter_pair_loads_on_cpu_fp32_and_is_compatible():
+    target, draft = load_model("starter", device="cpu"), load_model("starter-draft", device="cpu")
+    assert target.model.dtype == torch.float32 and target.model.device.type == "cpu"
+    assert not target.model.training
+    check_draft_compatible(target, draft)
+    params = sum(p.numel() for p in target.model.parameters())
+    draft_params = sum(p.numel() for p in draft.model.parameters())
+    assert 10e6 <= params <= 20e6 and 1e6 <= draft_params <= 2e6
+
+
+def test_draft_with_other_vocabulary_is_refused_naming_both(tmp_path):
+    target = load_model("starter", device="cpu")
+    tokenizer = other_tokenizer()
+    path = save_tiny(tmp_path / "odd-draft", tokenizer, len(tokenizer))
+    draft = load_model(path, device="cpu")
+    with pytest.raises(ModelLoadError) as error:
+        check_draft_compatible(target, draft)
+    assert "odd-draft" in str(error.value) and "starter" in str(error.value)
+    with pytest.raises(ModelLoadError, match="vocabulary"):
+        Engine.load(EngineConfig(draft_model=path, device="cpu"))
+
+
+def test_same_tokenizer_with_padded_embedding_is_accepted(tmp_path):
+    target = load_model("starter", device="cpu")
+    path = save_tiny(tmp_path / "padded-draft", target.tokenizer, len(target.tokenizer) + 64)
+    draft = load_model(path, device="cpu")
+    check_draft_compatible(target, draft)  # the Qwen2.5-Coder 0.5B/7B situation
+    engine = Engine(EngineConfig(device="cpu"), target, draft)
+    assert engine.model_drafter.target_vocab_size == target.vocab_size
+
+
+def test_missing_and_invalid_model_directories(tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_model(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_model(str(tmp_path / "empty"))
+
+
+def test_local_directories_never_touch_the_network():
+    assert model_location("starter") == (str(TARGET_DIR), True)
+    assert model_location(str(TARGET_DIR))[1] is True
+    assert model_location("Qwen/Qwen2.5-Coder-7B") == ("Qwen/Qwen2.5-Coder-7B", False)

@@ -1,0 +1,185 @@
+"""End to end: a real LSP client (pytest-lsp) talks to ``speclsp serve`` over stdio on the starter models.
+
+Covers initialize (capabilities, position encoding, progress), inline completion and completion on a
+held-out standard-library file, and shared cases L1, L2, L3, L5, L8.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+from decoding.starter.data import stdlib_root
+
+SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server.cli", "serve"])
+HELD_OUT_FILE = stdlib_root() / "json" / "decoder.py"
+SPECIAL_TOKENS = ("<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+                  "<|file_sep|>", "<|repo_name|>")
+
+
+async def wait_until_ready(client: LanguageClient, timeout: float = 180.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        for message in client.log_messages:
+            if "models ready" in message.message:
+                return
+            if "model loading failed" in message.message:
+                raise AssertionError(message.message)
+        await asyncio.sleep(0.05)
+    raise AssertionError("models did not load in time")
+
+
+def capabilities(encodings: list[str] | None = None) -> types.ClientCapabilities:
+    caps = client_capabilities("visual-studio-code")
+    if encodings is not None:
+        caps.general = types.GeneralClientCapabilities(position_encodings=encodings)
+    return caps
+
+
+@pytest_lsp.fixture(config=SERVER, scope="module")
+async def client(lsp_client: LanguageClient):
+    lsp_client.initialize_result = await lsp_client.initialize_session(
+        types.InitializeParams(capabilities=capabilities(), initialization_options={"maxNewTokens": 24}))
+    await wait_until_ready(lsp_client)
+    yield
+    await lsp_client.shutdown_session()
+
+
+_versions: dict[str, int] = {}
+
+
+def open_document(client: LanguageClient, name: str, text: str) -> str:
+    uri = f"file:///workspace/{name}"
+    _versions[uri] = 1
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+    return uri
+
+
+async def inline(client: LanguageClient, uri: str, line: int, character: int) -> types.InlineCompletionList:
+    return await client.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_initialize_advertises_inline_completion_and_completion(client: LanguageClient):
+    capabilities = client.initialize_result.capabilities
+    assert capabilities.inline_completion_provider is not None
+    assert capabilities.completion_provider is not None
+    assert capabilities.position_encoding == types.PositionEncodingKind.Utf16
+    assert capabilities.text_document_sync.change == types.TextDocumentSyncKind.Incremental
+    # Models loaded with work-done progress: a begin, reports, an end.
+    kinds = [type(v).__name__ for reports in client.progress_reports.values() for v in reports]
+    assert kinds[0] == "WorkDoneProgressBegin" and kinds[-1] == "WorkDoneProgressEnd"
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_held_out_file_inline_completion_and_completion(client: LanguageClient):
+    text = HELD_OUT_FILE.read_text(encoding="utf-8")
+    uri = open_document(client, "decoder.py", text)
+    lines = text.splitlines()
+    # Cut point: the start of the body of the first method that has one.
+    line = next(i for i, l in enumerate(lines) if l.strip().startswith("def ")) + 1
+    character = len(lines[line]) - len(lines[line].lstrip())
+    result = await inline(client, uri, line, character)
+    assert len(result.items) == 1
+    item = result.items[0]
+    assert item.insert_text.strip()
+    assert item.range == types.Range(start=types.Position(line=line, character=character),
+                                     end=types.Position(line=line, character=character))
+    completion = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character)))
+    assert len(completion.items) == 1
+    assert completion.items[0].text_edit.new_text == item.insert_text  # greedy: the same completion
+    # Every request is logged with an id, stage times and acceptance counts.
+    traces = [m.message for m in client.log_messages if "req=" in m.message and " ok " in m.message]
+    assert len(traces) >= 2
+    assert all("verify=" in t and "total=" in t and "accepted[" in t and "tokens/pass=" in t for t in traces)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_l1_astral_characters_range_in_utf16(client: LanguageClient):
+    text = '# 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 😀 smoke\n\n    print("Goodbye, ")\n    s = "😀😀"; return s\n'
+    uri = open_document(client, "l1.py", text)
+    for line, before in ((2, '    print("Goodbye, '), (3, '    s = "😀😀"; ')):
+        result = await inline(client, uri, line, utf16_len(before))
+        for item in result.items:
+            assert item.range.start == item.range.end == types.Position(line=line, character=utf16_len(before))
+            assert "\n" not in item.insert_text  # code right of the cursor: single line
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_l2_document_edges(client: LanguageClient):
+    empty = open_document(client, "empty.py", "")
+    result = await inline(client, empty, 0, 0)
+    assert all(item.range.start == types.Position(line=0, character=0) for item in result.items)
+
+    no_newline = open_document(client, "x.py", "x = 1")
+    result = await inline(client, no_newline, 0, 5)
+    assert all(item.range.start == types.Position(line=0, character=5) for item in result.items)
+
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=no_newline, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(line=0, character=4), end=types.Position(line=0, character=5)),
+            text="")]))
+    result = await inline(client, no_newline, 0, 4)
+    assert all(item.range.start == types.Position(line=0, character=4) for item in result.items)
+
+    # Past the end of the line: clamped to the line end (LSP rule), the range says where.
+    result = await inline(client, no_newline, 0, 40)
+    assert all(item.range.start == types.Position(line=0, character=4) for item in result.items)
+    # Past the last line: a clear JSON-RPC error, and the server keeps working.
+    with pytest.raises(JsonRpcInvalidParams, match="past the last line"):
+        await inline(client, no_newline, 7, 0)
+    with pytest.raises(JsonRpcInvalidParams, match="not open"):
+        await inline(client, "file:///workspace/never-opened.py", 0, 0)
+    result = await inline(client, no_newline, 0, 4)
+    assert isinstance(result, types.InlineCompletionList)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_l3_crlf_same_completion_as_lf(client: LanguageClient):
+    lf = HELD_OUT_FILE.read_text(encoding="utf-8")
+    lines = lf.split("\n")
+    line = next(i for i, l in enumerate(lines) if l.strip().startswith("def ")) + 1
+    character = len(lines[line]) - len(lines[line].lstrip())
+    answers = []
+    for name, text in (("lf.py", lf), ("crlf.py", lf.replace("\n", "\r\n"))):
+        result = await inline(client, open_document(client, name, text), line, character)
+        assert len(result.items) == 1
+        answers.append(result.items[0].insert_text)
+    assert "\r" not in answers[0]
+    assert answers[1] == answers[0].replace("\n", "\r\n")
+    assert "\r" not in answers[1].replace("\r\n", "")
+    # A single-line completion (code right of the cursor) adds no line break.
+    single = await inline(client, open_document(client, "crlf1.py", "x = foo(\r\n    1, 2)\r\n"), 1, 4)
+    assert all("\r" not in i.insert_text and "\n" not in i.insert_text for i in single.items)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_l5_l8_every_item_has_range_and_no_special_tokens(client: LanguageClient):
+    text = (stdlib_root() / "email" / "quoprimime.py").read_text(encoding="utf-8")
+    uri = open_document(client, "quoprimime.py", text)
+    lines = text.splitlines()
+    cut_lines = [i for i, l in enumerate(lines) if l.strip()][10::25][:8]
+    for line in cut_lines:
+        character = len(lines[line]) // 2
+        result = await inline(client, uri, line, character)
+        for item in result.items:
+            assert item.range is not None
+            assert item.range.start.line == line == item.range.end.line
+            assert not any(token in item.insert_text for token in SPECIAL_TOKENS)

@@ -1,0 +1,69 @@
+"""The completion service in process: empty answers before the models are ready, settings parsing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from lsprotocol import types
+
+from decoding.engine import Engine
+from lsp_server.documents import DocumentStore
+from lsp_server.service import CompletionService
+from lsp_server.settings import Settings, parse_settings
+from lsp_server.tracing import Tracer
+from lsp_server.worker import ERROR, READY, ModelWorker
+
+
+async def test_requests_before_ready_get_empty_answers_then_real_ones():
+    release = threading.Event()
+
+    def slow_loader(config, on_stage):
+        release.wait(timeout=60)
+        return Engine.load(config, on_stage)
+
+    sent = []
+    store = DocumentStore()
+    worker = ModelWorker(slow_loader)
+    service = CompletionService(store, worker, Tracer(sent.append), lambda: Settings(max_new_tokens=8))
+    store.open(types.TextDocumentItem(uri="file:///a.py", language_id="python", version=1,
+                                      text="def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    "))
+    loading = worker.load(Settings().engine_config())
+    assert await service.complete("inlineCompletion", "file:///a.py", types.Position(line=4, character=4)) is None
+    assert "models loading" in sent[-1].message
+    release.set()
+    assert loading.result(timeout=120) == READY
+    answer = await service.complete("inlineCompletion", "file:///a.py", types.Position(line=4, character=4))
+    assert answer is not None and answer.insert_text.strip()
+    assert answer.range == types.Range(start=types.Position(line=4, character=4), end=types.Position(line=4, character=4))
+    worker.shutdown()
+
+
+async def test_failed_load_answers_empty_and_keeps_the_error():
+    worker = ModelWorker(lambda config, on_stage: (_ for _ in ()).throw(FileNotFoundError("no weights here")))
+    assert worker.load(Settings().engine_config()).result(timeout=10) == ERROR
+    assert "no weights here" in worker.error
+    store = DocumentStore()
+    store.open(types.TextDocumentItem(uri="file:///a.py", language_id="python", version=1, text="x"))
+    service = CompletionService(store, worker, Tracer(), Settings)
+    assert await service.complete("inlineCompletion", "file:///a.py", types.Position(line=0, character=1)) is None
+
+
+@pytest.mark.parametrize("options,expected,warning", [
+    (None, Settings(), None),
+    ({"maxNewTokens": 16, "temperature": 0}, Settings(max_new_tokens=16, temperature=0.0), None),
+    ({"speclsp": {"drafter": "ngram"}}, Settings(drafter="ngram"), None),
+    ({"drafter": "magic"}, Settings(), "invalid value 'magic' for speclsp.drafter"),
+    ({"maxNewTokens": "lots"}, Settings(), "invalid value 'lots'"),
+    ({"maxNewTokens": True}, Settings(), "invalid value True"),
+    ({"topP": 0}, Settings(), "speclsp.topP"),
+    ({"colour": "blue"}, Settings(), "unknown setting speclsp.colour"),
+    ([1, 2], Settings(), "must be a JSON object"),
+])
+def test_settings_are_typed_and_invalid_values_keep_defaults(options, expected, warning):
+    settings, warnings = parse_settings(options)
+    assert settings == expected
+    if warning is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and warning in warnings[0]

@@ -1,0 +1,129 @@
+"""Stop handling inside accepted runs (shared cases D1-D3) and KV-cache rollback."""
+
+from __future__ import annotations
+
+import torch
+
+from decoding.drafters.ngram import NgramDrafter
+from decoding.generate import GenerationConfig, SpeculativeGenerator, _Output
+from decoding.kv_cache import KVCacheState
+
+PROMPT = [3, 7, 11, 3, 7, 11, 3, 7, 19, 2, 5]
+
+
+def plain_output(model, tokenizer, n=16) -> list[int]:
+    return SpeculativeGenerator(model, tokenizer).generate(PROMPT, None, GenerationConfig(max_new_tokens=n)).token_ids
+
+
+def oracle_drafter(plain: list[int]) -> NgramDrafter:
+    """An n-gram drafter whose extra source holds the prompt's tail followed by the target's own
+    greedy output, so it drafts 8 tokens that the target accepts, across any stop point."""
+    return NgramDrafter(sources={"oracle": PROMPT[-3:] + plain})
+
+
+def first_new_token_index(tokens: list[int], start: int) -> int:
+    """First index >= start whose token did not occur before it."""
+    return next(i for i in range(start, len(tokens)) if tokens[i] not in tokens[:i])
+
+
+def test_d1_stop_token_inside_accepted_run(target_model, toy_tokenizer):
+    plain = plain_output(target_model, toy_tokenizer)
+    stop_at = first_new_token_index(plain, 2)
+    stop_token = plain[stop_at]
+    generator = SpeculativeGenerator(target_model, toy_tokenizer)
+    config = GenerationConfig(max_new_tokens=16, max_draft_tokens=8, stop_token_ids=frozenset({stop_token}))
+    result = generator.generate(PROMPT, oracle_drafter(plain), config)
+    reference = SpeculativeGenerator(target_model, toy_tokenizer).generate(PROMPT, None, config)
+    assert result.token_ids == reference.token_ids == plain[: stop_at + 1]
+    assert result.finish_reason == reference.finish_reason == "stop"
+    assert result.stats.new_tokens == stop_at + 1
+    assert result.stats.drafted == 8 and result.stats.accepted == stop_at + 1  # the stop token was drafted and accepted too
+    assert result.text == toy_tokenizer.decode(plain[:stop_at])
+    # Nothing after the stop is cached: the cache holds the committed tokens minus the last.
+    assert generator.state.token_ids == PROMPT + plain[:stop_at]
+
+
+def test_d2_stop_string_completed_inside_accepted_run(target_model, toy_tokenizer):
+    plain = plain_output(target_model, toy_tokenizer)
+    text = toy_tokenizer.decode(plain)
+    # A two-letter stop string spanning tokens 3 and 4 that does not occur earlier.
+    start = next(i for i in range(2, len(text) - 1) if text[i : i + 2] not in text[: i + 1])
+    stop = text[start : start + 2]
+    generator = SpeculativeGenerator(target_model, toy_tokenizer)
+    config = GenerationConfig(max_new_tokens=16, max_draft_tokens=8, stop_strings=(stop,))
+    result = generator.generate(PROMPT, oracle_drafter(plain), config)
+    assert result.finish_reason == "stop"
+    assert result.text == text[:start]
+    assert result.token_ids == plain[: start + 2]  # up to the token completing the stop string
+    assert result.stats.new_tokens == len(result.token_ids)
+    assert result.stats.accepted <= len(result.token_ids)
+    assert generator.state.token_ids == PROMPT + result.token_ids[:-1]
+
+
+def test_d3_limit_and_stop_in_one_round_unit(toy_tokenizer):
+    stop = 99
+    output = _Output(toy_tokenizer, GenerationConfig(max_new_tokens=5), frozenset({stop}))
+    committed = []
+    for token in [10, 11, stop, 20, 21, 22]:
+        committed.append(token)
+        if output.commit(token):
+            break
+    assert output.token_ids == [10, 11, stop] and output.finish_reason == "stop"
+
+
+def test_d3_stop_on_the_last_allowed_token_is_a_stop(target_model, toy_tokenizer):
+    plain = plain_output(target_model, toy_tokenizer)
+    stop_at = first_new_token_index(plain, 2)
+    config = GenerationConfig(max_new_tokens=stop_at + 1, max_draft_tokens=8, stop_token_ids=frozenset({plain[stop_at]}))
+    result = SpeculativeGenerator(target_model, toy_tokenizer).generate(PROMPT, oracle_drafter(plain), config)
+    assert result.token_ids == plain[: stop_at + 1] and result.finish_reason == "stop"
+    shorter = GenerationConfig(max_new_tokens=stop_at, max_draft_tokens=8, stop_token_ids=frozenset({plain[stop_at]}))
+    result = SpeculativeGenerator(target_model, toy_tokenizer).generate(PROMPT, oracle_drafter(plain), shorter)
+    assert result.token_ids == plain[:stop_at] and result.finish_reason == "length"
+
+
+@torch.no_grad()
+def test_logits_after_rollback_equal_fresh_forward(target_model):
+    ids = [5, 9, 2, 7, 7, 1, 30, 4, 8, 15]
+    state = KVCacheState(target_model)
+    state.forward(ids[:6])
+    state.forward([40, 41, 42, 43])  # a draft that gets rejected
+    state.rollback(6)
+    assert state.token_ids == ids[:6]
+    after = state.forward(ids[6:])  # (4, V)
+    fresh = target_model(input_ids=torch.tensor([ids])).logits[0, 6:]
+    torch.testing.assert_close(after, fresh, rtol=1e-4, atol=1e-4)
+
+
+@torch.no_grad()
+def test_generator_cache_after_generation_matches_fresh_prefill(target_model, toy_tokenizer):
+    generator = SpeculativeGenerator(target_model, toy_tokenizer)
+    result = generator.generate(PROMPT, NgramDrafter(), GenerationConfig(max_new_tokens=12, max_draft_tokens=4))
+    committed = PROMPT + result.token_ids
+    assert generator.state.token_ids == committed[:-1]
+    next_logits = generator.state.forward(committed[-1:])[-1]
+    fresh = target_model(input_ids=torch.tensor([committed])).logits[0, -1]
+    torch.testing.assert_close(next_logits, fresh, rtol=1e-4, atol=1e-4)
+
+
+def test_prompt_prefix_is_reused_between_generations(target_model, toy_tokenizer):
+    generator = SpeculativeGenerator(target_model, toy_tokenizer)
+    config = GenerationConfig(max_new_tokens=4)
+    generator.generate(PROMPT, None, config)
+    second = generator.generate(PROMPT[:-1] + [40], None, config)
+    assert second.stats.prefill_reused == len(PROMPT) - 1
+    assert second.stats.prefill_computed == 1
+    fresh = SpeculativeGenerator(target_model, toy_tokenizer).generate(PROMPT[:-1] + [40], None, config)
+    assert second.token_ids == fresh.token_ids
+
+
+def test_cancellation_between_rounds(target_model, toy_tokenizer):
+    calls = []
+
+    def should_stop() -> bool:
+        calls.append(1)
+        return len(calls) > 2
+
+    result = SpeculativeGenerator(target_model, toy_tokenizer).generate(
+        PROMPT, None, GenerationConfig(max_new_tokens=20), should_stop=should_stop)
+    assert result.finish_reason == "cancelled" and len(result.token_ids) == 2
