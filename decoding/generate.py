@@ -42,7 +42,7 @@ class GenerationConfig:
     stop_strings: tuple[str, ...] = ()  # the text is cut before the first occurrence of any of these
     stop_token_ids: frozenset[int] | None = None  # None: the tokenizer's and model's end-of-sequence ids
     max_draft_tokens: int = 8  # k at most per round
-    seed: int | None = None  # random source for sampling; None: nondeterministic
+    seed: int | None = None  # random source for sampling, and timing-independent drafting; None: nondeterministic
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -181,7 +181,10 @@ class SpeculativeGenerator:
             draft = None
             if drafter is not None and budget > 0:
                 t0 = time.perf_counter()
-                draft = drafter.propose(DraftContext(committed, budget, config.sampling, generator, self._verify_ms))
+                # With a seed, drafting decisions must not depend on wall-clock timing, or the same seed
+                # would consume the random stream differently from run to run: no timing is passed.
+                verify_ms = self._verify_ms if config.seed is None else 0.0
+                draft = drafter.propose(DraftContext(committed, budget, config.sampling, generator, verify_ms))
                 stats.ms["draft"] += 1000 * (time.perf_counter() - t0)
             draft_tokens = draft.tokens[:budget] if draft is not None else []
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from functools import cached_property
 
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
@@ -24,8 +25,9 @@ class Document:
     version: int
     language_id: str
 
-    @property
+    @cached_property
     def lines(self) -> LineIndex:
+        """Line starts of ``text``, computed once per snapshot."""
         return LineIndex.of(self.text)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import pytest
@@ -67,3 +68,46 @@ def test_settings_are_typed_and_invalid_values_keep_defaults(options, expected, 
         assert warnings == []
     else:
         assert len(warnings) == 1 and warning in warnings[0]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-8", "utf-32"])
+async def test_l1_l5_ranges_in_the_negotiated_encoding(monkeypatch, encoding):
+    """The answer's range sits at the cursor, in the client's units, whatever the model writes."""
+    from lsp_server import service as service_module
+    from lsp_server.completer import Completion
+    from lsp_server.context import ContextBudget, build_context
+    from decoding.generate import Generation
+    from decoding.stats import GenerationStats
+
+    seen = {}
+
+    def fake_complete(engine, document, position, codec, settings, others, should_stop):
+        context = build_context(document, position, codec, _tokenizer(), ContextBudget())
+        seen["prefix"], seen["suffix"] = context.prefix, context.suffix
+        return Completion("world", context, Generation([1], "world", "stop", GenerationStats()))
+
+    monkeypatch.setattr(service_module, "complete", fake_complete)
+    worker = ModelWorker(lambda config, on_stage: object())  # never used: complete() is replaced
+    assert worker.load(Settings().engine_config()).result(timeout=10) == READY
+    store = DocumentStore()
+    service = CompletionService(store, worker, Tracer(), Settings)
+    service.position_encoding = encoding
+    text = '# 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 😀 smoke\n\n    print("Goodbye, ")\n    s = "😀😀"; return s\n    t = "日本語 é"; x\n'
+    store.open(types.TextDocumentItem(uri="file:///l1.py", language_id="python", version=1, text=text))
+    codec_units = {"utf-16": lambda s: len(s.encode("utf-16-le")) // 2, "utf-8": lambda s: len(s.encode()),
+                   "utf-32": len}[encoding]
+    for line, before in ((2, '    print("Goodbye, '), (3, '    s = "😀😀"; '), (4, '    t = "日本語 é"; ')):
+        position = types.Position(line=line, character=codec_units(before))
+        answer = await service.complete("inlineCompletion", "file:///l1.py", position)
+        assert answer.range == types.Range(start=position, end=position)
+        assert seen["prefix"].endswith(before) and text.split("\n")[line].startswith(before + seen["suffix"][:1])
+    worker.shutdown()
+
+
+@functools.lru_cache(maxsize=1)
+def _tokenizer():
+    from transformers import AutoTokenizer
+
+    from decoding.starter import TARGET_DIR
+
+    return AutoTokenizer.from_pretrained(TARGET_DIR, local_files_only=True)
