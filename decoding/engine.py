@@ -91,7 +91,7 @@ class Engine:
         cached = self._sources.get(name)
         if cached is not None and cached[0] == version:
             return cached[1]
-        index = NgramIndex(self.config.ngram, self.tokenizer.encode(text, add_special_tokens=False))
+        index = NgramIndex(self.config.ngram, self.tokenizer.encode(text, add_special_tokens=False, verbose=False))
         self._sources[name] = (version, index)
         return index
 

@@ -52,13 +52,15 @@ class CompletionContext:
 
 def _keep_tail(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
     """The end of ``text`` within ``budget`` tokens, starting at a line start when possible."""
-    text = text[-budget * _MAX_CHARS_PER_TOKEN :] if len(text) > budget * _MAX_CHARS_PER_TOKEN else text
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    limit = budget * _MAX_CHARS_PER_TOKEN
+    trimmed = len(text) > limit
+    text = text[-limit:] if trimmed else text
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
-    if len(ids) <= budget:
+    if len(ids) <= budget and not trimmed:
         return text, ids
-    cut = offsets[len(ids) - budget][0]
-    newline = text.find("\n", cut - 1)
+    cut = offsets[len(ids) - budget][0] if len(ids) > budget else 0
+    newline = text.find("\n", max(cut - 1, 0))
     if newline != -1 and newline + 1 < len(text):
         cut = newline + 1
     kept = text[cut:]
@@ -70,7 +72,7 @@ def _keep_head(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
     if budget == 0:
         return "", []
     text = text[: budget * _MAX_CHARS_PER_TOKEN]
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
     if len(ids) <= budget:
         return text, ids

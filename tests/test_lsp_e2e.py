@@ -183,3 +183,27 @@ async def test_l5_l8_every_item_has_range_and_no_special_tokens(client: Language
             assert item.range is not None
             assert item.range.start.line == line == item.range.end.line
             assert not any(token in item.insert_text for token in SPECIAL_TOKENS)
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def utf8_client(lsp_client: LanguageClient):
+    lsp_client.initialize_result = await lsp_client.initialize_session(types.InitializeParams(
+        capabilities=capabilities(["utf-8", "utf-16"]),
+        initialization_options={"speclsp": {"maxNewTokens": 8, "drafter": "bogus", "colour": "blue"}}))
+    await wait_until_ready(lsp_client)
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_position_encoding_negotiation_and_settings_warnings(utf8_client: LanguageClient):
+    assert utf8_client.initialize_result.capabilities.position_encoding == types.PositionEncodingKind.Utf8
+    warnings = [m.message for m in utf8_client.messages if m.type == types.MessageType.Warning]
+    assert any("speclsp.drafter" in w for w in warnings) and any("speclsp.colour" in w for w in warnings)
+    text = 's = "😀é"; x = \n'
+    uri = open_document(utf8_client, "utf8.py", text)
+    before = 's = "😀é"; '
+    result = await inline(utf8_client, uri, 0, len(before.encode("utf-8")))
+    for item in result.items:
+        assert item.range.start == types.Position(line=0, character=len(before.encode("utf-8")))
+    with pytest.raises(JsonRpcInvalidParams):
+        await inline(utf8_client, uri, 5, 0)
