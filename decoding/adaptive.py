@@ -40,14 +40,14 @@ class DraftLengthPolicy:
     """Chooses the draft length per source.
 
     Args:
-        max_k: the longest draft ever proposed (tokens).
+        max_k: the longest draft ever proposed (tokens); callers pass a lower ``limit`` per round.
         prior_alpha: acceptance assumed before any evidence.
         decay: EMA weight kept per observed token outcome (closer to 1 = slower to adapt).
         verify_cost_per_token: extra cost of verifying one more token in a pass, in target passes
             (measured on this CPU: about 0.04-0.1, see shared FACTS).
     """
 
-    max_k: int = 8
+    max_k: int = 64
     prior_alpha: float = 0.6
     decay: float = 0.9
     verify_cost_per_token: float = 0.05
@@ -60,16 +60,19 @@ class DraftLengthPolicy:
     def estimate(self, source: str) -> SourceEstimate:
         return self.estimates.setdefault(source, SourceEstimate(self.prior_alpha, self.verify_cost_per_token))
 
-    def choose(self, source: str) -> int:
-        """The draft length in [1, max_k] with the best expected gain (0 when max_k is 0)."""
-        if self.max_k == 0:
+    def choose(self, source: str, limit: int | None = None) -> int:
+        """The draft length in [1, min(max_k, limit)] with the best expected gain (0 when that is 0)."""
+        top = self.max_k if limit is None else min(self.max_k, limit)
+        if top <= 0:
             return 0
         est = self.estimate(source)
-        return max(range(1, self.max_k + 1), key=lambda k: expected_gain(min(est.alpha, 0.999), k, est.cost_per_token))
+        return max(range(1, top + 1), key=lambda k: expected_gain(min(est.alpha, 0.999), k, est.cost_per_token))
 
-    def best_gain(self, source: str) -> float:
+    def best_gain(self, source: str, limit: int | None = None) -> float:
+        """Expected gain of ``source`` at its best draft length (1.0, plain decoding, when it may not draft)."""
         est = self.estimate(source)
-        return expected_gain(min(est.alpha, 0.999), self.choose(source), est.cost_per_token)
+        k = self.choose(source, limit)
+        return expected_gain(min(est.alpha, 0.999), k, est.cost_per_token) if k else 1.0
 
     def update(self, source: str, num_drafted: int, num_accepted: int) -> None:
         """Fold one round's outcome in: ``num_accepted`` accepts, then a reject if any token was refused."""

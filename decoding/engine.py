@@ -47,7 +47,6 @@ class EngineConfig:
     device: str = "auto"  # auto: CUDA when available, else CPU
     dtype: str = "auto"  # auto: bf16 on CUDA, fp32 on CPU
     trust_remote_code: bool = False  # run a hub repository's own code: only if the user says so
-    max_draft_tokens: int = 8  # longest draft per round
     ngram: NgramConfig = field(default_factory=NgramConfig)
 
 
@@ -61,10 +60,13 @@ class Engine:
         self.tokenizer = target.tokenizer
         self.generator = SpeculativeGenerator(target.model, target.tokenizer)
         self.model_drafter = ModelDrafter(draft.model, target.vocab_size) if draft is not None else None
-        self.policy = DraftLengthPolicy(max_k=config.max_draft_tokens)
+        self.policy = DraftLengthPolicy()  # each generation caps k with GenerationConfig.max_draft_tokens
         self._sources: dict[str, tuple[object, NgramIndex]] = {}
         vocab = self.tokenizer.get_vocab()
-        self.fim_stop_ids = frozenset(vocab[t] for t in FIM_STOP_TOKENS if t in vocab) | self.generator.default_stop_ids
+        #: Ids that end a completion: every special token (FIM markers, end of text, chat markers...)
+        #: and the model's end-of-sequence ids. A special token never belongs in inserted code.
+        self.completion_stop_ids = (frozenset(vocab[t] for t in FIM_STOP_TOKENS if t in vocab)
+                                    | frozenset(self.tokenizer.all_special_ids) | self.generator.default_stop_ids)
 
     @classmethod
     def load(cls, config: EngineConfig, on_stage: Callable[[str], None] | None = None) -> Engine:

@@ -164,6 +164,9 @@ class SpeculativeGenerator:
         output = _Output(self.tokenizer, config, stop_ids)
         committed = list(prompt_ids)
 
+        if should_stop is not None and should_stop():
+            stats.ms["total"] = 1000 * (time.perf_counter() - started)
+            return Generation([], "", FINISH_CANCELLED, stats)
         pending = self.state.sync(committed)  # uncached prompt tokens; the last is fed by the first round
         stats.prefill_reused = len(committed) - len(pending)
         stats.prefill_computed = len(pending)
@@ -211,10 +214,11 @@ class SpeculativeGenerator:
                 committed.append(token)
                 if output.commit(token):
                     break
-            accepted = min(result.num_accepted, num_committed)
             if draft is not None:
-                stats.record_draft(draft.source, len(draft_tokens), accepted)
-                drafter.observe(draft, accepted)
+                # Stats count what was committed; the drafter learns what the target accepted, even
+                # where a stop cut the round short (that is no rejection).
+                stats.record_draft(draft.source, len(draft_tokens), min(result.num_accepted, num_committed))
+                drafter.observe(draft, result.num_accepted)
 
         # Nothing past the output stays cached: keep at most the committed tokens minus the last.
         self.state.rollback(min(len(self.state), max(len(committed) - 1, 0)))

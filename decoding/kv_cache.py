@@ -23,7 +23,9 @@ class KVCacheState:
 
     def __init__(self, model: PreTrainedModel):
         self.model = model
-        self.cache = DynamicCache(config=model.config)
+        # No config: a config-built cache gives sliding-window layers that refuse to crop once full.
+        # Without it every layer keeps all positions (the attention mask still applies the window).
+        self.cache = DynamicCache()
         self.token_ids: list[int] = []
 
     def __len__(self) -> int:
@@ -86,7 +88,13 @@ class KVCacheState:
         if not new_ids:
             raise ValueError("forward needs at least one new token")
         input_ids = torch.tensor([new_ids], device=self.model.device)  # (1, n)
-        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        try:
+            out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        except BaseException:
+            # Layers before the failing one already appended the new positions: start over empty
+            # rather than keep a cache that disagrees with token_ids.
+            self.cache, self.token_ids = DynamicCache(), []
+            raise
         if out.cache is not None:
             self.cache = out.cache
         self.token_ids.extend(new_ids)

@@ -99,6 +99,11 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
                                                      trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(f"could not load model {name!r} from {location}: {exc}") from exc
+    layer_types = set(getattr(model.config, "layer_types", None) or ())
+    unsupported = layer_types - {"full_attention", "sliding_attention"}
+    if unsupported:
+        raise ModelLoadError(f"model {name!r} has {', '.join(sorted(unsupported))} layers, whose state cannot be "
+                             "rolled back after a rejected draft; speclsp needs attention-only models")
     model.to(torch_device).eval()
     log.info("loaded %s from %s on %s as %s", name, location, torch_device, torch_dtype)
     return LoadedModel(name=name, model=model, tokenizer=tokenizer)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -53,14 +54,20 @@ def read_source(path: Path, max_bytes: int = 4_000_000) -> str:
     if b"\0" in data:
         raise UsageError(f"{path} looks binary (it contains NUL bytes)")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark is not a column of line 1
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path} is not UTF-8 text: {exc}") from None
 
 
 def cut_hole(document: Document, position: types.Position, codec, num_lines: int) -> tuple[Document, str]:
     """Remove the text from ``position`` to the end of its line and the next ``num_lines - 1`` lines
-    (line breaks after the last one kept); returns the new document and the removed text."""
+    (line breaks after the last one kept); returns the new document and the removed text.
+
+    Raises:
+        UsageError: ``num_lines`` < 1.
+    """
+    if num_lines < 1:
+        raise UsageError(f"a hole spans at least 1 line, got {num_lines}")
     lines = document.lines
     start = lines.offset_at(position, codec)
     last_line = min(position.line + num_lines - 1, len(lines.starts) - 1)
@@ -86,6 +93,8 @@ def run_complete(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.location}: column {column + 1} is past the end of line {line + 1} "
                          f"({len(line_text)} characters)")
     removed = ""
+    if args.cut_lines < 0:
+        raise UsageError(f"--cut-lines must be >= 0, got {args.cut_lines}")
     if args.cut_lines:
         document, removed = cut_hole(document, position, codec, args.cut_lines)
     settings = Settings(model=args.model, draft_model=args.draft_model, device=args.device, dtype=args.dtype,
@@ -123,7 +132,12 @@ def run_complete(args: argparse.Namespace) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     from lsp_server.server import create_server
 
-    create_server().start_io()
+    # stdout is the LSP transport: give pygls its own handle on it, then send anything else that
+    # writes to file descriptor 1 or sys.stdout (a library, a model's remote code) to stderr.
+    transport = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    create_server().start_io(stdin=sys.stdin.buffer, stdout=transport)
     return 0
 
 

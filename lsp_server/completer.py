@@ -44,7 +44,7 @@ def generation_config(settings: Settings, context: CompletionContext, engine: En
         max_new_tokens=settings.max_new_tokens,
         sampling=SamplingParams(settings.temperature, settings.top_k, settings.top_p),
         stop_strings=special + (("\n",) if context.single_line else ()),
-        stop_token_ids=engine.fim_stop_ids if context.fim else None,
+        stop_token_ids=engine.completion_stop_ids,
         max_draft_tokens=settings.max_draft_tokens,
         seed=seed,
     )
@@ -83,7 +83,7 @@ def complete(
     for other in other_documents:
         if other.uri != document.uri and len(other.text) <= MAX_SOURCE_CHARS:
             sources[other.uri] = engine.source_index(other.uri, other.version, to_model_text(other.text))
-    if len(context.prefix) < context.cursor_offset and len(document.text) <= MAX_SOURCE_CHARS:
+    if context.truncated and len(document.text) <= MAX_SOURCE_CHARS:
         # The prompt holds only part of this document: its whole text is a draft source too.
         sources[document.uri] = engine.source_index(document.uri, document.version, to_model_text(document.text))
     t1 = time.perf_counter()

@@ -48,6 +48,7 @@ class CompletionContext:
     eol: str  # the document's line ending
     single_line: bool  # code right of the cursor: complete the line only
     fim: bool  # whether the prompt is fill-in-the-middle
+    truncated: bool  # the budget left part of the document out of the prompt
 
 
 def _keep_tail(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
@@ -99,12 +100,13 @@ def build_context(
     offset = lines.offset_at(position, codec)
     line_end = lines.offset_at(types.Position(line=position.line, character=2**31 - 1), codec)
     line_suffix = document.text[offset:line_end]
-    prefix, prefix_ids = _keep_tail(tokenizer, to_model_text(document.text[:offset]), budget.prefix_tokens)
-    vocab = tokenizer.get_vocab()
-    fim = all(t in vocab for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
+    full_prefix, full_suffix = to_model_text(document.text[:offset]), to_model_text(document.text[offset:])
+    prefix, prefix_ids = _keep_tail(tokenizer, full_prefix, budget.prefix_tokens)
+    special = tokenizer.get_added_vocab()  # FIM markers are added tokens (a small dict, unlike get_vocab)
+    fim = all(t in special for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
     if fim:
-        suffix, suffix_ids = _keep_head(tokenizer, to_model_text(document.text[offset:]), budget.suffix_tokens)
-        prompt_ids = [vocab[FIM_PREFIX], *prefix_ids, vocab[FIM_SUFFIX], *suffix_ids, vocab[FIM_MIDDLE]]
+        suffix, suffix_ids = _keep_head(tokenizer, full_suffix, budget.suffix_tokens)
+        prompt_ids = [special[FIM_PREFIX], *prefix_ids, special[FIM_SUFFIX], *suffix_ids, special[FIM_MIDDLE]]
     else:
         suffix, prompt_ids = "", prefix_ids or [tokenizer.eos_token_id or 0]
     return CompletionContext(
@@ -116,4 +118,5 @@ def build_context(
         eol=line_ending(document.text),
         single_line=bool(line_suffix.strip()),
         fim=fim,
+        truncated=len(prefix) < len(full_prefix) or len(suffix) < len(full_suffix),
     )

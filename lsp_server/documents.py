@@ -13,7 +13,7 @@ from functools import cached_property
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
-from lsp_server.positions import LineIndex
+from lsp_server.positions import LineIndex, PositionError
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class Document:
     text: str
     version: int
     language_id: str
+    in_sync: bool = True  # False after a change that could not be applied, until a full-text change
 
     @cached_property
     def lines(self) -> LineIndex:
@@ -47,26 +48,36 @@ class DocumentStore:
     def change(self, params: types.DidChangeTextDocumentParams, codec: PositionCodec) -> Document:
         """Apply content changes in order.
 
+        A change whose range is outside the document cannot be applied: the document keeps its last
+        good text, is marked out of sync (no completions from stale text) and raises; a later
+        full-text change brings it back in sync.
+
         Raises:
             KeyError: for a document that was never opened.
-            lsp_server.positions.PositionError: for a change range outside the document; the
-                document is left as it was.
+            lsp_server.positions.PositionError: for a change range outside the document.
         """
         with self._lock:
             document = self._documents[params.text_document.uri]
-            text = document.text
+            text, in_sync, error = document.text, document.in_sync, None
             for change in params.content_changes:
                 if isinstance(change, types.TextDocumentContentChangePartial):
+                    if not in_sync:
+                        continue  # offsets would refer to text we do not have
                     index = LineIndex.of(text)
-                    start = index.offset_at(change.range.start, codec)
-                    end = index.offset_at(change.range.end, codec)
-                    if end < start:
-                        start, end = end, start
+                    try:
+                        start = index.offset_at(change.range.start, codec)
+                        end = index.offset_at(change.range.end, codec)
+                    except PositionError as exc:
+                        in_sync, error = False, exc
+                        continue
+                    start, end = min(start, end), max(start, end)
                     text = text[:start] + change.text + text[end:]
                 else:
-                    text = change.text
-            document = Document(document.uri, text, params.text_document.version, document.language_id)
+                    text, in_sync = change.text, True
+            document = Document(document.uri, text, params.text_document.version, document.language_id, in_sync)
             self._documents[document.uri] = document
+        if error is not None:
+            raise error
         return document
 
     def close(self, uri: str) -> None:

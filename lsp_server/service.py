@@ -48,13 +48,12 @@ class CompletionService:
         self.settings_ref = settings_ref  # callable returning the current Settings
         self.position_encoding: str | None = None  # set after initialize
         self._ids = itertools.count(1)
-        self._inflight: dict[str, threading.Event] = {}
+        self._inflight: dict[tuple[str, str], threading.Event] = {}  # (uri, method) -> cancel flag
 
-    def cancel_document(self, uri: str) -> None:
-        """Stop the generation in flight for ``uri`` (if any) at its next verify round."""
-        event = self._inflight.pop(uri, None)
-        if event is not None:
-            event.set()
+    def cancel_document(self, uri: str, method: str | None = None) -> None:
+        """Stop the generations in flight for ``uri`` (one method, or all) at their next verify round."""
+        for key in [k for k in self._inflight if k[0] == uri and (method is None or k[1] == method)]:
+            self._inflight.pop(key).set()
 
     async def complete(self, method: str, uri: str, position: types.Position) -> Answer | None:
         """Complete at ``position``; ``None`` when there is nothing to offer.
@@ -75,15 +74,21 @@ class CompletionService:
         if self.worker.state != READY:
             self.tracer.request(request_id, method, uri, position, status=f"models {self.worker.state}")
             return None
+        if not document.in_sync:
+            self.tracer.request(request_id, method, uri, position, status="document out of sync; reopen it")
+            return None
 
-        self.cancel_document(uri)
+        key = (uri, method)
+        self.cancel_document(uri, method)
         cancelled = threading.Event()
-        self._inflight[uri] = cancelled
+        self._inflight[key] = cancelled
         others = [d for d in self.store.all() if d.uri != uri]
         queued = time.perf_counter()
 
         def run(engine):
             wait_ms = 1000 * (time.perf_counter() - queued)
+            if cancelled.is_set():  # superseded while queued: no context, no prefill
+                return wait_ms, None
             result = complete(engine, document, position, codec, self.settings_ref(), others, cancelled.is_set)
             return wait_ms, result
 
@@ -94,9 +99,12 @@ class CompletionService:
             self.tracer.request(request_id, method, uri, position, status="cancelled by client")
             raise
         finally:
-            if self._inflight.get(uri) is cancelled:
-                del self._inflight[uri]
+            if self._inflight.get(key) is cancelled:
+                del self._inflight[key]
 
+        if completion is None:
+            self.tracer.request(request_id, method, uri, position, status="superseded", queue_ms=wait_ms)
+            return None
         generation = completion.generation
         total_ms = 1000 * (time.perf_counter() - started)
         status = "superseded" if generation.finish_reason == "cancelled" else "ok"

@@ -32,8 +32,9 @@ class Settings:
     suffix_tokens: int = 256  # prompt budget after the cursor
 
     def engine_config(self) -> EngineConfig:
+        """What the models depend on; a change here reloads them, any other setting applies at once."""
         return EngineConfig(model=self.model, draft_model=self.draft_model, device=self.device, dtype=self.dtype,
-                            trust_remote_code=self.trust_remote_code, max_draft_tokens=self.max_draft_tokens)
+                            trust_remote_code=self.trust_remote_code)
 
 
 def _camel(name: str) -> str:
@@ -89,4 +90,8 @@ def parse_settings(options: Any, base: Settings | None = None) -> tuple[Settings
             warnings.append(f"invalid value {value!r} for speclsp.{key}; keeping {getattr(settings, field.name)!r}")
             continue
         changes[field.name] = value
-    return replace(settings, **changes), warnings
+    settings = replace(settings, **changes)
+    if settings.drafter == "model" and settings.draft_model == "none":
+        warnings.append("drafter 'model' needs a draft model but draftModel is 'none'; using drafter 'ngram'")
+        settings = replace(settings, drafter="ngram")
+    return settings, warnings

@@ -1,13 +1,16 @@
-"""The model worker: one thread that owns the engine and runs all model work in order.
+"""The model worker: one daemon thread that owns the engine and runs all model work in order.
 
 Loading happens on that thread too, so nothing touches a half-loaded engine; requests that arrive
 while the state is not ``ready`` are answered at once by the caller (an empty answer), not queued.
+The thread is a daemon so that ``exit`` ends the process even during a long load or download.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
+import queue
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,27 +26,59 @@ class ModelWorker:
 
     def __init__(self, loader: Callable[..., Engine] = Engine.load):
         self._loader = loader
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclsp-model")
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="speclsp-model", daemon=True)
+        self._thread.start()
+        self._load_generation = 0  # only the latest load may set the state
         self.engine: Engine | None = None
         self.state = IDLE
         self.error: str | None = None
 
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            future, fn, args, kwargs = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the future
+                future.set_exception(exc)
+
+    def _submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((future, fn, args, kwargs))
+        return future
+
     def load(self, config: EngineConfig, on_stage: Callable[[str], None] | None = None) -> concurrent.futures.Future:
-        """Load (or reload) the models in the background; the future resolves to the state."""
+        """Load (or reload) the models in the background; the future resolves to the resulting state.
+
+        The previous engine is released first, so two large models never sit in memory together.
+        A load superseded by a later one leaves the state to that later load.
+        """
+        self._load_generation += 1
+        generation = self._load_generation
         self.state = LOADING
         self.error = None
 
         def run() -> str:
+            if generation != self._load_generation:
+                return self.state  # a newer load is queued behind this one
+            self.engine = None
             try:
                 engine = self._loader(config, on_stage)
             except Exception as exc:  # noqa: BLE001 - any load failure is reported, never raised into the server
                 log.exception("model loading failed")
-                self.engine, self.state, self.error = None, ERROR, str(exc)
-                return self.state
-            self.engine, self.state = engine, READY
-            return self.state
+                if generation == self._load_generation:
+                    self.state, self.error = ERROR, str(exc)
+                return ERROR
+            if generation == self._load_generation:
+                self.engine, self.state = engine, READY
+            return READY
 
-        return self._executor.submit(run)
+        return self._submit(run)
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future:
         """Run ``fn(engine, *args, **kwargs)`` on the model thread.
@@ -54,7 +89,15 @@ class ModelWorker:
         engine = self.engine
         if self.state != READY or engine is None:
             raise RuntimeError(f"models are not ready (state: {self.state})")
-        return self._executor.submit(fn, engine, *args, **kwargs)
+        return self._submit(fn, engine, *args, **kwargs)
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Stop taking work; queued jobs are cancelled."""
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job[0].cancel()
+        self._jobs.put(None)

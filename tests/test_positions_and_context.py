@@ -95,7 +95,12 @@ def test_incremental_changes_and_delete_last_character():
             text="z")])
     with pytest.raises(PositionError):
         store.change(bad, UTF16)
-    assert store.get("file:///a.py").text == "x = 1\x0c\ny = " and store.get("file:///a.py").version == 2
+    document = store.get("file:///a.py")
+    assert document.text == "x = 1\x0c\ny = " and not document.in_sync
+    full = types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri="file:///a.py", version=4),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text="fresh")])
+    assert store.change(full, UTF16).in_sync and store.get("file:///a.py").text == "fresh"
 
 
 def test_l3_crlf_prompt_equals_lf_prompt(tokenizer):

@@ -120,10 +120,54 @@ def test_prompt_prefix_is_reused_between_generations(target_model, toy_tokenizer
 def test_cancellation_between_rounds(target_model, toy_tokenizer):
     calls = []
 
-    def should_stop() -> bool:
+    def should_stop() -> bool:  # polled once before the prefill, then before every round
         calls.append(1)
-        return len(calls) > 2
+        return len(calls) > 3
 
-    result = SpeculativeGenerator(target_model, toy_tokenizer).generate(
-        PROMPT, None, GenerationConfig(max_new_tokens=20), should_stop=should_stop)
+    generator = SpeculativeGenerator(target_model, toy_tokenizer)
+    result = generator.generate(PROMPT, None, GenerationConfig(max_new_tokens=20), should_stop=should_stop)
     assert result.finish_reason == "cancelled" and len(result.token_ids) == 2
+    assert generator.state.token_ids == PROMPT + result.token_ids[:-1]
+
+
+def test_cancelled_before_start_does_no_work(target_model, toy_tokenizer):
+    generator = SpeculativeGenerator(target_model, toy_tokenizer)
+    result = generator.generate(PROMPT, None, GenerationConfig(max_new_tokens=20), should_stop=lambda: True)
+    assert result.finish_reason == "cancelled" and result.token_ids == [] and result.stats.prefill_computed == 0
+    assert generator.state.token_ids == []
+
+
+def test_failed_forward_leaves_an_empty_consistent_cache(target_model, monkeypatch):
+    state = KVCacheState(target_model)
+    state.forward([1, 2, 3])
+    layer = target_model.model.layers[1]
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("simulated")
+
+    monkeypatch.setattr(layer, "forward", out_of_memory)
+    try:
+        state.forward([4, 5])
+    except torch.OutOfMemoryError:
+        pass
+    monkeypatch.undo()
+    assert state.token_ids == [] and state.cache.get_seq_length() == 0
+    assert state.sync([1, 2, 3]) == [1, 2, 3]  # usable again
+
+
+def test_sliding_window_model_rolls_back_and_matches_plain(toy_tokenizer):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(5)
+    model = MistralForCausalLM(MistralConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, sliding_window=4,
+                                             max_position_embeddings=256)).eval()
+    config = GenerationConfig(max_new_tokens=20, max_draft_tokens=4)
+    plain = SpeculativeGenerator(model, toy_tokenizer).generate(PROMPT, None, config)
+    # A half-right source: the first 10 tokens of the real continuation, then wrong ones, so rounds
+    # both accept and reject (and the cache must roll back past the window).
+    wrong = [(t + 1) % 40 for t in plain.token_ids[10:]]
+    drafter = NgramDrafter(sources={"half": PROMPT[-3:] + plain.token_ids[:10] + wrong})
+    spec = SpeculativeGenerator(model, toy_tokenizer).generate(PROMPT, drafter, config)
+    assert spec.token_ids == plain.token_ids
+    assert 0 < spec.stats.accepted < spec.stats.drafted

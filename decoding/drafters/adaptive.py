@@ -20,7 +20,7 @@ class AdaptiveDrafter:
 
     Args:
         drafters: sub-drafters in order of cost, e.g. ``[NgramDrafter(), ModelDrafter(...)]``.
-        policy: draft-length policy; ``policy.max_k`` caps k.
+        policy: draft-length policy; k is capped by ``policy.max_k`` and the round's ``max_tokens``.
     """
 
     def __init__(self, drafters: list[Drafter], policy: DraftLengthPolicy | None = None):
@@ -34,9 +34,9 @@ class AdaptiveDrafter:
     def propose(self, context: DraftContext) -> Draft | None:
         """The draft of the first source (cheapest first) that has one and scores at least as well as
         every costlier source; ``None`` when no source proposes anything."""
-        gains = [self.policy.best_gain(d.name) for d in self.drafters]
+        gains = [self.policy.best_gain(d.name, context.max_tokens) for d in self.drafters]
         for i, drafter in enumerate(self.drafters):
-            k = min(self.policy.choose(drafter.name), context.max_tokens)
+            k = self.policy.choose(drafter.name, context.max_tokens)
             if k <= 0:
                 continue
             start = time.perf_counter()

@@ -22,7 +22,7 @@ def register(server) -> None:
             ls.tracer.message(f"[speclsp] didChange for {uri}, which is not open; ignored", types.MessageType.Warning)
         except PositionError as exc:
             ls.tracer.message(f"[speclsp] didChange for {uri} has a range outside the document ({exc}); "
-                              "change ignored", types.MessageType.Error)
+                              "no completions for it until it is reopened or fully resent", types.MessageType.Error)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls, params: types.DidCloseTextDocumentParams) -> None:
