@@ -192,8 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpcore", "urllib3", "filelock"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    for noisy in ("httpx", "httpcore", "urllib3", "filelock", "pygls"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if args.verbose and noisy == "pygls" else logging.WARNING)
+    if not args.verbose:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # weight-loading bars; training keeps its own tqdm bar
     try:
         if getattr(args, "num_samples", 1) < 1:
             raise UsageError("--num-samples must be >= 1")

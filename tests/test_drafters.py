@@ -1,0 +1,65 @@
+"""N-gram lookup and the adaptive draft-length policy."""
+
+from __future__ import annotations
+
+from decoding.adaptive import DraftLengthPolicy, expected_gain, expected_tokens_per_pass
+from decoding.drafters.base import DraftContext
+from decoding.drafters.ngram import NgramConfig, NgramDrafter, NgramIndex
+from decoding.sampling import SamplingParams
+
+
+def context(tokens, k=4):
+    return DraftContext(list(tokens), k, SamplingParams(), None)
+
+
+def test_longest_match_wins_then_most_recent():
+    drafter = NgramDrafter(NgramConfig(min_ngram=1, max_ngram=3))
+    # "1 2 3" occurred once (followed by 40); "2 3" more recently (followed by 50); suffix is "1 2 3".
+    draft = drafter.propose(context([1, 2, 3, 40, 41, 9, 2, 3, 50, 51, 1, 2, 3]))
+    assert draft.tokens == [40, 41, 9, 2] and draft.draft_probs is None and draft.source == "ngram:context"
+    draft = drafter.propose(context([7, 2, 3, 40, 8, 2, 3, 50, 51, 6, 2, 3]))
+    assert draft.tokens[:2] == [50, 51]  # same length (2) -> the most recent occurrence
+
+
+def test_suffix_never_matches_itself_and_no_match_gives_none():
+    drafter = NgramDrafter(NgramConfig(min_ngram=2, max_ngram=4))
+    assert drafter.propose(context([1, 2, 3, 4])) is None
+    assert drafter.propose(context([5, 5])) is None
+
+
+def test_extra_sources_and_context_precedence():
+    drafter = NgramDrafter(NgramConfig(min_ngram=2, max_ngram=4), sources={"other.py": [9, 1, 2, 3, 60, 61, 62]})
+    draft = drafter.propose(context([8, 1, 2, 3], k=3))
+    assert draft.tokens == [60, 61, 62] and draft.source == "ngram:other.py"
+    # Equal match length in the context itself: the context wins.
+    draft = drafter.propose(context([1, 2, 3, 70, 71, 1, 2, 3], k=2))
+    assert draft.tokens == [70, 71] and draft.source == "ngram:context"
+
+
+def test_index_extends_incrementally_and_rebuilds_on_edit():
+    drafter = NgramDrafter(NgramConfig(min_ngram=2, max_ngram=2))
+    assert drafter.propose(context([1, 2, 3, 1])) is None
+    assert drafter.propose(context([1, 2, 3, 1, 2])).tokens == [3, 1, 2]
+    # An edited history (not an extension) must not propose the old text.
+    assert drafter.propose(context([1, 5, 3, 1, 2])) is None
+    index = NgramIndex(NgramConfig(min_ngram=1, max_ngram=2), [4, 5, 6])
+    assert index.lookup([4, 5]) == (2, 2) and index.lookup([6]) is None
+
+
+def test_expected_tokens_formula():
+    # (1 - a^(k+1)) / (1 - a) / (1 + k c), computed by hand for a = 0.7, c = 0.15. (The seed brief's
+    # printed table, 1.72 / 1.79 / 1.40, does not match its own formula; these values do.)
+    assert [round(expected_gain(0.7, k, 0.15), 2) for k in (2, 4, 8)] == [1.68, 1.73, 1.45]
+    assert round(expected_tokens_per_pass(0.7, 4), 2) == 2.77
+    assert expected_tokens_per_pass(1.0, 5) == 6.0
+
+
+def test_policy_shortens_drafts_for_failing_sources_and_lengthens_for_hitting_ones():
+    policy = DraftLengthPolicy(max_k=8, verify_cost_per_token=0.1)
+    for _ in range(30):
+        policy.update("bad", 4, 0)
+        policy.update("good", 4, 4)
+    assert policy.choose("bad") == 1
+    assert policy.choose("good") == 8 and policy.choose("good", limit=3) == 3
+    assert policy.best_gain("good") > policy.best_gain("bad")
+    assert policy.choose("good", limit=0) == 0 and policy.best_gain("good", limit=0) == 1.0
