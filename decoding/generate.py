@@ -134,7 +134,7 @@ class SpeculativeGenerator:
             generator.manual_seed(seed)
         return generator
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(
         self,
         prompt_ids: list[int],

@@ -75,7 +75,7 @@ class KVCacheState:
         self.rollback(keep)
         return token_ids[keep:]
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def forward(self, new_ids: list[int], logits_to_keep: int = 0) -> torch.Tensor:
         """Feed ``new_ids`` after the cached tokens and return their logits.
 
