@@ -68,16 +68,19 @@ def test_postprocess_single_line_crlf_and_trailing_space(engine):
 @pytest.mark.parametrize("k", [1, 2, 5])
 def test_starter_pair_greedy_equivalence(engine, k):
     target = engine.target.model
-    config = GenerationConfig(max_new_tokens=20, max_draft_tokens=k, stop_token_ids=frozenset())
+    config = GenerationConfig(max_new_tokens=20, max_draft_tokens=k)  # stops at end-of-sequence, as generate does
+    generated = 0
     for prompt in held_out_prompts(engine, 3):
         plain = engine.generator.generate(prompt, None, config)
+        generated += len(plain.token_ids)
         reference = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                    max_new_tokens=20, min_new_tokens=20, do_sample=False, pad_token_id=0)
+                                    max_new_tokens=20, do_sample=False, pad_token_id=0)
         assert_greedy_equal(target, prompt, plain.token_ids, reference[0, len(prompt):].tolist())
         for drafter in (ModelDrafter(engine.draft.model, engine.target.vocab_size), NgramDrafter()):
             spec = engine.generator.generate(prompt, drafter, config)
             assert_greedy_equal(target, prompt, spec.token_ids, plain.token_ids)
             assert spec.stats.drafted > 0 or isinstance(drafter, NgramDrafter)
+    assert generated >= 30, "the prompts must give outputs long enough for several rounds"
 
 
 def test_every_drafter_mode_completes_the_same(engine):

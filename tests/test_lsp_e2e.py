@@ -114,11 +114,14 @@ async def test_held_out_file_inline_completion_and_completion(client: LanguageCl
 async def test_l1_astral_characters_range_in_utf16(client: LanguageClient):
     text = '# 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 😀 smoke\n\n    print("Goodbye, ")\n    s = "😀😀"; return s\n'
     uri = open_document(client, "l1.py", text)
+    answered = 0
     for line, before in ((2, '    print("Goodbye, '), (3, '    s = "😀😀"; ')):
         result = await inline(client, uri, line, utf16_len(before))
+        answered += len(result.items)
         for item in result.items:
             assert item.range.start == item.range.end == types.Position(line=line, character=utf16_len(before))
             assert "\n" not in item.insert_text  # code right of the cursor: single line
+    assert answered >= 1, "an (empty) answer is allowed, but not for every position"
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -176,13 +179,16 @@ async def test_l5_l8_every_item_has_range_and_no_special_tokens(client: Language
     uri = open_document(client, "quoprimime.py", text)
     lines = text.splitlines()
     cut_lines = [i for i, l in enumerate(lines) if l.strip()][10::25][:8]
+    answered = 0
     for line in cut_lines:
         character = len(lines[line]) // 2
         result = await inline(client, uri, line, character)
+        answered += len(result.items)
         for item in result.items:
             assert item.range is not None
             assert item.range.start.line == line == item.range.end.line
             assert not any(token in item.insert_text for token in SPECIAL_TOKENS)
+    assert answered >= len(cut_lines) // 2, f"only {answered} of {len(cut_lines)} cut points got a completion"
 
 
 @pytest_lsp.fixture(config=SERVER)
