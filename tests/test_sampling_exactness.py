@@ -8,6 +8,8 @@ test can fail. Also: processed_probs matches transformers' own logits processors
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -53,7 +55,7 @@ def first_token_counts(target, drafter, seed: int) -> np.ndarray:
                               seed=seed)
     counts = np.zeros(target.config.vocab_size, dtype=np.int64)
     for trial in range(TRIALS):
-        result = generator.generate(PROMPT, drafter, GenerationConfig(**{**config.__dict__, "seed": seed + trial}))
+        result = generator.generate(PROMPT, drafter, replace(config, seed=seed + trial))
         counts[result.token_ids[0]] += 1
     return counts
 
