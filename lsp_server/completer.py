@@ -2,8 +2,7 @@
 
 Shared by the LSP features and ``speclsp complete``. It runs on the model worker thread.
 
-Post-processing here is the minimum every answer needs: indentation the user already typed is not
-repeated (it is left out of the prompt, see :mod:`lsp_server.context`); special tokens never reach the text (they
+Post-processing here is the minimum every answer needs: special tokens never reach the text (they
 end generation, and a model spelling one out byte by byte is cut there too, shared case L8); with
 code right of the cursor only the current line is completed; trailing whitespace is dropped; line
 breaks are written in the document's own line ending (case L3).
@@ -53,10 +52,6 @@ def generation_config(settings: Settings, context: CompletionContext, engine: En
 
 def postprocess(text: str, context: CompletionContext) -> str:
     """Model text -> insert text (see module docstring)."""
-    if context.typed_indent:
-        # The prompt stopped before the indentation the user typed; the model wrote its own.
-        # What the user typed stays: drop it from the answer, or any other indentation it chose.
-        text = text[len(context.typed_indent):] if text.startswith(context.typed_indent) else text.lstrip(" \t")
     if context.single_line:
         text = text.split("\n", 1)[0]
     return to_document_text(text.rstrip(), context.eol)

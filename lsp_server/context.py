@@ -41,7 +41,7 @@ class CompletionContext:
     """A prompt for one completion request and what post-processing needs to know."""
 
     prompt_ids: list[int]
-    prefix: str  # model text (\n line breaks) before the cursor as kept in the prompt, without typed_indent
+    prefix: str  # model text (\n line breaks) before the cursor, as kept in the prompt
     suffix: str  # model text after the cursor, as kept in the prompt
     cursor_offset: int  # code points into the document text
     line_suffix: str  # text right of the cursor on its line
@@ -49,7 +49,6 @@ class CompletionContext:
     single_line: bool  # code right of the cursor: complete the line only
     fim: bool  # whether the prompt is fill-in-the-middle
     truncated: bool  # the budget left part of the document out of the prompt
-    typed_indent: str = ""  # indentation before the cursor, left out of the prompt (token healing)
 
 
 def _keep_tail(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
@@ -102,13 +101,6 @@ def build_context(
     line_end = lines.offset_at(types.Position(line=position.line, character=2**31 - 1), codec)
     line_suffix = document.text[offset:line_end]
     full_prefix, full_suffix = to_model_text(document.text[:offset]), to_model_text(document.text[offset:])
-    # Token healing for indentation: BPE merges a line's indentation with the word after it, so a
-    # prompt ending in bare indentation is a token sequence the model never saw. The typed
-    # indentation is left out of the prompt; the model writes it, and post-processing removes it.
-    last_line = full_prefix[full_prefix.rfind("\n") + 1 :]
-    typed_indent = last_line if last_line and not last_line.strip(" \t") else ""
-    if typed_indent:
-        full_prefix = full_prefix[: -len(typed_indent)]
     prefix, prefix_ids = _keep_tail(tokenizer, full_prefix, budget.prefix_tokens)
     special = tokenizer.get_added_vocab()  # FIM markers are added tokens (a small dict, unlike get_vocab)
     fim = all(t in special for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
@@ -127,5 +119,4 @@ def build_context(
         single_line=bool(line_suffix.strip()),
         fim=fim,
         truncated=len(prefix) < len(full_prefix) or len(suffix) < len(full_suffix),
-        typed_indent=typed_indent,
     )

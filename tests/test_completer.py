@@ -92,13 +92,3 @@ def test_every_drafter_mode_completes_the_same(engine):
              for mode in ("none", "ngram", "model", "auto")}
     assert len(set(texts.values())) == 1, texts
 
-
-def test_typed_indentation_is_left_out_of_the_prompt_and_not_repeated(engine):
-    document = Document("file:///c.py", "def f(a):\n    b = a\n    ", 1, "python")
-    context = build_context(document, types.Position(line=2, character=4), UTF16, engine.tokenizer, ContextBudget())
-    assert context.typed_indent == "    " and context.prefix.endswith("b = a\n")
-    assert postprocess("    return b\n", context) == "return b"
-    assert postprocess("        deeper()", context) == "    deeper()"
-    assert postprocess("\treturn b", context) == "return b"
-    inside = build_context(document, types.Position(line=1, character=6), UTF16, engine.tokenizer, ContextBudget())
-    assert inside.typed_indent == "" and inside.prefix.endswith("b ")
