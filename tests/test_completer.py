@@ -45,6 +45,7 @@ def test_special_tokens_spelled_out_as_text_are_cut(engine):
     context = build_context(document, types.Position(line=1, character=4), UTF16, engine.tokenizer, ContextBudget())
     config = generation_config(Settings(), context, engine, seed=None)
     assert set(engine.tokenizer.all_special_tokens) <= set(config.stop_strings)
+    assert set(engine.tokenizer.all_special_ids) <= config.stop_token_ids  # as ids too: any special token ends it
     assert "\n" not in config.stop_strings  # an empty rest of line: multi-line allowed
     spelled = engine.tokenizer("return 1<|fim_pad|>junk", add_special_tokens=False, split_special_tokens=True)["input_ids"]
     assert not set(spelled) & set(engine.tokenizer.all_special_ids)

@@ -60,6 +60,7 @@ async def test_failed_load_answers_empty_and_keeps_the_error():
     ({"topP": 0}, Settings(), "speclsp.topP"),
     ({"colour": "blue"}, Settings(), "unknown setting speclsp.colour"),
     ([1, 2], Settings(), "must be a JSON object"),
+    ({"drafter": "model", "draftModel": "none"}, Settings(drafter="ngram", draft_model="none"), "needs a draft model"),
 ])
 def test_settings_are_typed_and_invalid_values_keep_defaults(options, expected, warning):
     settings, warnings = parse_settings(options)
