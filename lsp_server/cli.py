@@ -93,9 +93,7 @@ def run_complete(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.location}: column {column + 1} is past the end of line {line + 1} "
                          f"({len(line_text)} characters)")
     removed = ""
-    if args.cut_lines < 0:
-        raise UsageError(f"--cut-lines must be >= 0, got {args.cut_lines}")
-    if args.cut_lines:
+    if args.cut_lines:  # cut_hole refuses a negative count
         document, removed = cut_hole(document, position, codec, args.cut_lines)
     settings = Settings(model=args.model, draft_model=args.draft_model, device=args.device, dtype=args.dtype,
                         trust_remote_code=args.trust_remote_code, drafter=args.drafter,
