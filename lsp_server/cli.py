@@ -179,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench.add_parser(commands)
 
+    from decoding.starter import evaluate
+
+    evaluate.add_parser(commands)
+
     train = commands.add_parser("train-starter", help="retrain the bundled starter models (see decoding.starter.train)",
                                 add_help=False)
     train.add_argument("train_args", nargs=argparse.REMAINDER)

@@ -6,36 +6,55 @@ Features live one per module in :mod:`lsp_server.features`; each registers its h
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 
 from decoding.engine import Engine
 from lsp_server import __version__
 from lsp_server.documents import DocumentStore
+from lsp_server.features.status import StatusBoard
 from lsp_server.service import CompletionService
 from lsp_server.settings import Settings
 from lsp_server.tracing import Tracer
 from lsp_server.worker import ModelWorker
 
 
+class SpeclspProtocol(LanguageServerProtocol):
+    """pygls' protocol, except that ``didChange`` for a document that is not open does not raise a
+    ``KeyError`` inside pygls' workspace: our handler reports it as a warning and keeps going."""
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        if unquote(params.text_document.uri) in self.workspace.text_documents:
+            for change in params.content_changes:
+                self.workspace.update_text_document(params.text_document, change)
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (params,), None
+
+
 class SpeclspServer(LanguageServer):
     """speclsp's language server state."""
 
     def __init__(self, loader: Callable[..., Engine] = Engine.load):
-        super().__init__("speclsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__("speclsp", __version__, protocol_cls=SpeclspProtocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.settings = Settings()
         self.store = DocumentStore()
         self.worker = ModelWorker(loader)
         self.tracer = Tracer(self.window_log_message)
-        self.service = CompletionService(self.store, self.worker, self.tracer, lambda: self.settings)
+        self.status = StatusBoard(lambda method, params: self.protocol.notify(method, params))
+        self.service = CompletionService(self.store, self.worker, self.tracer, lambda: self.settings, self.status)
 
 
 def create_server(loader: Callable[..., Engine] = Engine.load) -> SpeclspServer:
     """A server with every feature registered."""
-    from lsp_server.features import completion, document_sync, inline_completion, lifecycle
+    from lsp_server.features import completion, document_sync, inline_completion, lifecycle, status
 
     server = SpeclspServer(loader)
-    for feature in (lifecycle, document_sync, inline_completion, completion):
+    for feature in (lifecycle, document_sync, inline_completion, completion, status):
         feature.register(server)
     return server

@@ -41,11 +41,12 @@ class Answer:
 class CompletionService:
     """Turns requests into model work and answers."""
 
-    def __init__(self, store: DocumentStore, worker: ModelWorker, tracer: Tracer, settings_ref):
+    def __init__(self, store: DocumentStore, worker: ModelWorker, tracer: Tracer, settings_ref, status=None):
         self.store = store
         self.worker = worker
         self.tracer = tracer
         self.settings_ref = settings_ref  # callable returning the current Settings
+        self.status = status  # StatusBoard or None
         self.position_encoding: str | None = None  # set after initialize
         self._ids = itertools.count(1)
         self._inflight: dict[tuple[str, str], threading.Event] = {}  # (uri, method) -> cancel flag
@@ -110,6 +111,8 @@ class CompletionService:
         status = "superseded" if generation.finish_reason == "cancelled" else "ok"
         self.tracer.request(request_id, method, uri, position, status=status, queue_ms=wait_ms,
                             completion=completion, total_ms=total_ms)
+        if self.status is not None and status == "ok":
+            self.status.request_done(total_ms, completion)
         if status != "ok" or not completion.insert_text.strip():
             return None
         cursor = document.lines.position_at(completion.context.cursor_offset, codec)

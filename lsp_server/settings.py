@@ -67,7 +67,7 @@ def parse_settings(options: Any, base: Settings | None = None) -> tuple[Settings
         base: values to start from (defaults when ``None``).
     """
     settings = base or Settings()
-    if options is None:
+    if options is None or options == []:  # Lua's empty table arrives as an empty JSON array
         return settings, []
     if isinstance(options, dict) and isinstance(options.get("speclsp"), dict):
         options = options["speclsp"]

@@ -213,3 +213,22 @@ async def test_position_encoding_negotiation_and_settings_warnings(utf8_client: 
         assert item.range.start == types.Position(line=0, character=len(before.encode("utf-8")))
     with pytest.raises(JsonRpcInvalidParams):
         await inline(utf8_client, uri, 5, 0)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_change_to_unopened_document_is_a_warning_and_status_request_answers(client: LanguageClient):
+    before = len(client.log_messages)
+    uri = "speclsp://log"  # Neovim once sent this for a scratch buffer it had renamed
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text="x")]))
+    status = await client.protocol.send_request_async("speclsp/status", {})
+    assert status.state == "ready" and status.model == "starter"
+    await asyncio.sleep(0.1)
+    messages = [m for m in client.log_messages[before:]]
+    assert any("not open; ignored" in m.message and m.type == types.MessageType.Warning for m in messages)
+    assert not any("Error" in m.message or "KeyError" in m.message for m in messages)
+    # Still serving: a completion on an open document answers.
+    uri = open_document(client, "after_bad_change.py", "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    ")
+    result = await inline(client, uri, 5, 4)
+    assert isinstance(result, types.InlineCompletionList)

@@ -52,6 +52,7 @@ async def test_failed_load_answers_empty_and_keeps_the_error():
 
 @pytest.mark.parametrize("options,expected,warning", [
     (None, Settings(), None),
+    ([], Settings(), None),  # an empty Lua table (Neovim) is an empty JSON array
     ({"maxNewTokens": 16, "temperature": 0}, Settings(max_new_tokens=16, temperature=0.0), None),
     ({"speclsp": {"drafter": "ngram"}}, Settings(drafter="ngram"), None),
     ({"drafter": "magic"}, Settings(), "invalid value 'magic' for speclsp.drafter"),

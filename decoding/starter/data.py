@@ -9,13 +9,21 @@ Examples are built from chunks of files in three shapes:
 * fill-in-the-middle in PSM order (Bavarian et al. 2022, "Efficient Training of Language Models to Fill
   in the Middle", section 3): ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>M<|endoftext|>``, with the
   middle either a random character span or one to three whole lines (what an editor asks for);
-* a chunk followed by a copy of part of itself, so the model learns to continue what repeats.
+* a chunk followed by a copy of part of itself, so the model learns to continue what repeats;
+* a chunk followed by an *edited* copy of part of itself (a name renamed throughout, an argument added,
+  a line inserted or removed), so it learns to follow an edit that has begun;
+* a short random token sequence and its repeat: content-free copying, which pushes the model to form
+  induction heads early (Olsson et al. 2022, "In-context Learning and Induction Heads").
+
+Besides the standard library, the ``.py`` files of the installed packages (``site-packages``: the
+project's own dependencies) may join the training data; nothing leaves the machine.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +60,30 @@ def stdlib_files(held_out: tuple[str, ...] = DEFAULT_HELD_OUT, *, want_held_out:
             if name.endswith(".py") and not name.startswith("test_"):
                 found.append(Path(dirpath) / name)
     return found
+
+
+def site_packages_files(max_bytes: int = 300_000) -> list[Path]:
+    """Sorted ``.py`` files of the installed packages (purelib and platlib), without tests, vendored
+    copies, this project and files over ``max_bytes`` (mostly generated tables)."""
+    roots = sorted({Path(sysconfig.get_paths()[key]) for key in ("purelib", "platlib")})
+    found: list[Path] = []
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(
+                d for d in dirnames
+                if d not in _SKIP_DIRS and not d.startswith("test") and not d.endswith(".dist-info")
+                and d not in ("_vendor", "vendored", "decoding", "lsp_server")
+            )
+            for name in sorted(filenames):
+                path = Path(dirpath) / name
+                if name.endswith(".py") and not name.startswith("test_") and path.stat().st_size <= max_bytes:
+                    found.append(path)
+    return found
+
+
+def rename_identifier(text: str, name: str, new_name: str) -> str:
+    """``text`` with every whole-word occurrence of ``name`` replaced by ``new_name``."""
+    return re.sub(rf"\b{re.escape(name)}\b", new_name, text)
 
 
 def read_texts(paths: list[Path]) -> list[str]:
@@ -102,6 +134,12 @@ class ExampleMix:
 
     fim: float = 0.5  # PSM fill-in-the-middle
     copy: float = 0.15  # chunk followed by a copy of part of itself
+    edit: float = 0.0  # chunk followed by an edited copy of part of itself
+    random_repeat: float = 0.0  # random token sequence, then its repeat
+
+    def __post_init__(self):
+        if min(self.fim, self.copy, self.edit, self.random_repeat) < 0 or self.fim + self.copy + self.edit + self.random_repeat > 1:
+            raise ValueError(f"mix probabilities must be >= 0 and sum to at most 1, got {self}")
 
 
 class ExampleMaker:
@@ -120,8 +158,15 @@ class ExampleMaker:
         draw = self.rng.random()
         if draw < self.mix.fim:
             return self.fim(chunk)
-        if draw < self.mix.fim + self.mix.copy:
+        draw -= self.mix.fim
+        if draw < self.mix.copy:
             return self.copy(chunk)
+        draw -= self.mix.copy
+        if draw < self.mix.edit:
+            return self.edit(chunk)
+        draw -= self.mix.edit
+        if draw < self.mix.random_repeat:
+            return self.random_repeat()
         return self.encode(chunk) + [self.ids["<|endoftext|>"]]
 
     def fim(self, chunk: str) -> list[int]:
@@ -153,3 +198,61 @@ class ExampleMaker:
         first = self.rng.randrange(len(lines))
         last = min(len(lines), first + self.rng.randint(3, 40))
         return self.encode(chunk + "".join(lines[first:last])) + [self.ids["<|endoftext|>"]]
+
+    def edit(self, chunk: str) -> list[int]:
+        """The chunk, then an edited copy of a contiguous line span of it."""
+        lines = chunk.splitlines(keepends=True)
+        first = self.rng.randrange(len(lines))
+        span = lines[first : first + self.rng.randint(4, 40)]
+        kind = self.rng.random()
+        if kind < 0.5:
+            edited = self._renamed(span)
+        elif kind < 0.65:
+            edited = self._argument_added(span)
+        elif kind < 0.85 and len(span) > 1:
+            at = self.rng.randrange(1, len(span))
+            donor = self.rng.choice(lines)
+            indent = span[at][: len(span[at]) - len(span[at].lstrip())]
+            edited = span[:at] + [indent + donor.lstrip() if donor.strip() else "\n"] + span[at:]
+        elif len(span) > 2:
+            at = self.rng.randrange(1, len(span) - 1)
+            edited = span[:at] + span[at + 1 :]
+        else:
+            edited = span
+        return self.encode(chunk + "".join(edited)) + [self.ids["<|endoftext|>"]]
+
+    def _renamed(self, span: list[str]) -> list[str]:
+        text = "".join(span)
+        found = [m.group() for m in re.finditer(r"\b[A-Za-z_][A-Za-z0-9_]*\b", text) if m.group() not in _PYTHON_WORDS]
+        if not found:
+            return span
+        names = sorted(set(found))
+        repeated = [n for n in names if found.count(n) >= 2]  # a rename "throughout" needs several uses
+        name = self.rng.choice(repeated or names)
+        style = self.rng.randrange(4)
+        other = self.rng.choice(names)
+        new_name = (f"{name}_{other}", f"{other}_{name}", f"{name}{self.rng.randint(2, 9)}", f"new_{name}")[style]
+        return rename_identifier(text, name, new_name).splitlines(keepends=True)
+
+    def _argument_added(self, span: list[str]) -> list[str]:
+        """A ``def`` or call in the span gets one more argument."""
+        for index, line in enumerate(span):
+            match = re.search(r"\)(\s*(->[^:]*)?:?\s*)$", line)
+            if match and "(" in line:
+                head = line[: match.start()]
+                comma = "" if head.rstrip().endswith("(") else ", "
+                arg = self.rng.choice(("timeout=None", "strict=False", "context", "*, verbose=False", "extra"))
+                return span[:index] + [head + comma + arg + line[match.start():]] + span[index + 1 :]
+        return self._renamed(span)
+
+    def random_repeat(self) -> list[int]:
+        """A random run of 16-128 ordinary token ids, then the same run again."""
+        vocab = self.tokenizer.get_vocab_size()
+        run = [self.rng.randrange(len(SPECIAL_TOKENS), vocab) for _ in range(self.rng.randint(16, 128))]
+        return run + run + [self.ids["<|endoftext|>"]]
+
+
+_PYTHON_WORDS = frozenset(
+    "False None True and as assert async await break class continue def del elif else except finally for "
+    "from global if import in is lambda nonlocal not or pass raise return try while with yield self".split()
+)

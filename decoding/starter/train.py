@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -32,6 +33,7 @@ from decoding.starter.data import (
     ExampleMix,
     chunk_text,
     read_texts,
+    site_packages_files,
     stdlib_files,
     train_tokenizer,
 )
@@ -65,6 +67,9 @@ class TrainConfig:
     warmup_steps: int = 30
     weight_decay: float = 0.1
     seed: int = 0
+    checkpoint_minutes: float = 5.0  # how often the resumable state is written
+    log_every: int = 10  # steps between log records
+    probe_every: int = 100  # steps between copy-probe scores (a multiple of log_every)
 
 
 def build_config(shape: ModelShape, tokenizer: PreTrainedTokenizerFast, context: int) -> Qwen2Config:
@@ -121,8 +126,48 @@ def lr_at(cfg: TrainConfig, step: int, progress: float) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
 
 
-def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, name: str) -> dict:
-    """Optimise ``model`` in place; returns the steps, tokens and last training loss."""
+class CopyProbe:
+    """A few held-out copy prompts scored during training, to watch copying (induction) appear."""
+
+    def __init__(self, tokenizer, samples: int = 8, window: int = 16):
+        from decoding.starter.evaluate import EvalConfig, copy_prompts, held_out_texts
+
+        cfg = EvalConfig(copy_samples=samples, window=window)
+        self.window = window
+        self.pairs = copy_prompts(held_out_texts(), tokenizer, cfg, random.Random(12345))
+
+    @torch.inference_mode()
+    def __call__(self, model) -> float:
+        """Mean prefix-match fraction of greedy continuations (see ``evaluate.copy_prompts``)."""
+        from decoding.starter.evaluate import _greedy, _prefix_match
+
+        was_training = model.training
+        model.eval()
+        scores = [_prefix_match(_greedy(model, prompt, self.window), expected) / self.window
+                  for prompt, expected in self.pairs]
+        model.train(was_training)
+        return round(sum(scores) / max(len(scores), 1), 4)
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    """Write atomically: a stopped run never leaves half a checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    torch.save(state, partial)
+    os.replace(partial, path)
+
+
+def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, name: str,
+                checkpoint: Path | None = None, log_path: Path | None = None, probe: CopyProbe | None = None) -> dict:
+    """Optimise ``model`` in place; returns the steps, tokens and last training loss.
+
+    Args:
+        checkpoint: file for model, optimizer and data-sampler state, written every
+            ``cfg.checkpoint_minutes`` and at the end; when it exists, training resumes from it (the
+            time budget and the learning-rate schedule count the time already spent).
+        log_path: JSON-lines log, one record per ``cfg.log_every`` steps (step, loss, lr, tokens/s, copy probe).
+        probe: scored every ``cfg.probe_every`` steps and logged.
+    """
     torch.manual_seed(cfg.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -131,33 +176,70 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
         lr=cfg.lr,
         betas=(0.9, 0.95),
     )
+    step, tokens, loss_ema, spent = 0, 0, None, 0.0
+    if checkpoint is not None and checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        batches.rng.setstate(state["data_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        step, tokens, loss_ema, spent = state["step"], state["tokens"], state["loss_ema"], state["seconds"]
+        print(f"{name}: resumed from {checkpoint} at step {step} ({spent / 60:.1f} min spent)", file=sys.stderr)
+
+    def save() -> None:
+        if checkpoint is not None:
+            _save_checkpoint(checkpoint, {
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "data_rng": batches.rng.getstate(),
+                "torch_rng": torch.get_rng_state(), "step": step, "tokens": tokens, "loss_ema": loss_ema,
+                "seconds": spent + time.monotonic() - start, "config": asdict(cfg),
+            })
+
+    log = log_path.open("a") if log_path is not None else None
     model.train()
     budget_s = cfg.minutes * 60
     start = time.monotonic()
-    step, tokens, loss_ema = 0, 0, None
-    bar = tqdm(total=int(budget_s), desc=f"train {name}", unit="s", file=sys.stderr, dynamic_ncols=True)
-    while step < cfg.max_steps:
-        elapsed = time.monotonic() - start
-        if elapsed >= budget_s:
-            break
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(cfg, step, max(elapsed / budget_s, step / cfg.max_steps))
-        batch = batches(cfg.batch_size)  # (B, T + 1)
-        logits = model(input_ids=batch[:, :-1]).logits  # (B, T, V)
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        step += 1
-        tokens += batch[:, 1:].numel()
-        loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
-        bar.n = min(int(time.monotonic() - start), int(budget_s))
-        bar.set_postfix(step=step, loss=f"{loss_ema:.3f}", tok_s=f"{tokens / (time.monotonic() - start):.0f}")
-    bar.close()
+    last_save = start
+    bar = tqdm(total=int(budget_s), initial=int(spent), desc=f"train {name}", unit="s", file=sys.stderr,
+               dynamic_ncols=True)
+    try:
+        while step < cfg.max_steps:
+            elapsed = spent + time.monotonic() - start
+            if elapsed >= budget_s:
+                break
+            lr = lr_at(cfg, step, max(elapsed / budget_s, step / cfg.max_steps))
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            batch = batches(cfg.batch_size)  # (B, T + 1)
+            logits = model(input_ids=batch[:, :-1]).logits  # (B, T, V)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            step += 1
+            tokens += batch[:, 1:].numel()
+            loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+            now = time.monotonic()
+            bar.n = min(int(spent + now - start), int(budget_s))
+            bar.set_postfix(step=step, loss=f"{loss_ema:.3f}", tok_s=f"{batch[:, 1:].numel() * step / max(spent + now - start, 1e-9):.0f}")
+            if log is not None and step % cfg.log_every == 0:
+                record = {"model": name, "step": step, "tokens": tokens, "loss_ema": round(loss_ema, 4),
+                          "lr": lr, "minutes": round((spent + now - start) / 60, 2)}
+                if probe is not None and step % cfg.probe_every == 0:
+                    record["copy_probe"] = probe(model)
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+            if now - last_save >= cfg.checkpoint_minutes * 60:
+                save()
+                last_save = now
+        save()
+    finally:
+        bar.close()
+        if log is not None:
+            log.close()
     model.eval()
     return {"steps": step, "train_tokens": tokens, "final_train_loss_ema": loss_ema,
-            "train_seconds": round(time.monotonic() - start, 1)}
+            "train_seconds": round(spent + time.monotonic() - start, 1)}
 
 
 @torch.no_grad()
@@ -188,12 +270,20 @@ def model_card(name: str, info: dict) -> str:
         "|---|---|",
     ]
     for key in ("parameters", "shape", "vocab_size", "context", "steps", "train_tokens", "train_seconds",
-                "batch_size", "runs", "data_mix", "training_files", "held_out_loss", "held_out_tokens",
+                "batch_size", "runs", "data_mix", "data_sources", "training_files", "held_out_loss", "held_out_tokens",
                 "weights_dtype", "python"):
         lines.append(f"| {key} | `{json.dumps(info.get(key))}` |")
     lines += ["", "Held-out loss: mean next-token cross-entropy in nats per token on plain held-out text, "
               "measured with the shipped bf16 weights loaded as fp32.", ""]
     return "\n".join(lines)
+
+
+def _mix(spec: str) -> ExampleMix:
+    try:
+        values = [float(x) for x in spec.split(",")]
+        return ExampleMix(*values)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"--mix wants FIM,COPY,EDIT,RANDOM_REPEAT fractions: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,23 +297,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    parser.add_argument("--mix", type=_mix, default=ExampleMix(fim=0.3, copy=0.2, edit=0.25, random_repeat=0.05),
+                        help="fractions FIM,COPY,EDIT,RANDOM_REPEAT of the examples; plain text is the rest "
+                             "(default 0.3,0.2,0.25,0.05)")
+    parser.add_argument("--no-site-packages", dest="site_packages", action="store_false",
+                        help="train on the standard library only (by default the installed packages' .py files join)")
     parser.add_argument("--held-out", nargs="+", default=list(DEFAULT_HELD_OUT))
     parser.add_argument("--eval-windows", type=int, default=48)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--init-from", type=Path, default=None,
                         help="continue from the models (and tokenizer) in this directory instead of training "
                              "from scratch; the training record accumulates steps and tokens")
+    parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "speclsp" / "starter-train",
+                        help="checkpoints and the JSON-lines training log (train.log.jsonl)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the checkpoints in --work-dir (same arguments as the stopped run); "
+                             "without it, old checkpoints there are replaced")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     random.seed(args.seed)
     torch.manual_seed(args.seed)
+    args.work_dir.mkdir(parents=True, exist_ok=True)
 
     held_out = tuple(args.held_out)
-    train_paths = stdlib_files(held_out)
-    train_texts = read_texts(train_paths)
+    train_texts = read_texts(stdlib_files(held_out))
+    sources = {"stdlib_files": len(train_texts)}
+    if args.site_packages:
+        extra = read_texts(site_packages_files())
+        sources["site_packages_files"] = len(extra)
+        train_texts += extra
     eval_texts = read_texts(stdlib_files(held_out, want_held_out=True))
-    print(f"corpus: {len(train_texts)} training files, {len(eval_texts)} held-out files", file=sys.stderr)
+    print(f"corpus: {sources}, {len(eval_texts)} held-out files; work dir {args.work_dir}", file=sys.stderr)
     if args.init_from is not None:
         tokenizer = PreTrainedTokenizerFast.from_pretrained(args.init_from / "target")
     else:
@@ -233,12 +338,17 @@ def main(argv: list[str] | None = None) -> int:
     for text in eval_texts:
         eval_ids += tokenizer.encode(text, add_special_tokens=False) + [eos]
 
-    chunks = [c for text in train_texts for c in chunk_text(text, max_chars=3000)]
-    mix = ExampleMix()
+    # ~2000 characters is ~600 tokens: a chunk and a copy of part of it fit one 1024-token sequence.
+    chunks = [c for text in train_texts for c in chunk_text(text, max_chars=2000)]
+    mix = args.mix
+    probe = CopyProbe(tokenizer)
     for name, shape, minutes in (("target", TARGET_SHAPE, args.target_minutes),
                                  ("draft", DRAFT_SHAPE, args.draft_minutes)):
         if minutes <= 0:
             continue
+        checkpoint = args.work_dir / f"{name}.pt"
+        if not args.resume and checkpoint.exists():
+            checkpoint.unlink()
         previous: dict = {}  # the training record of the model we continue from
         if args.init_from is not None:
             model = Qwen2ForCausalLM.from_pretrained(args.init_from / name, dtype=torch.float32)
@@ -251,10 +361,13 @@ def main(argv: list[str] | None = None) -> int:
                           seed=args.seed + earlier_runs, lr=args.lr, warmup_steps=10 if previous else 30)
         rng = random.Random(cfg.seed)
         batches = Batches(chunks, ExampleMaker(tokenizer.backend_tokenizer, mix, rng), args.context, rng)
-        record = train_model(model, batches, cfg, name)
+        record = train_model(model, batches, cfg, name, checkpoint=checkpoint,
+                             log_path=args.work_dir / "train.log.jsonl", probe=probe)
         run_keys = ("steps", "train_tokens", "train_seconds", "lr", "seed")
         runs = previous.get("runs", [{k: previous.get(k) for k in run_keys}] if previous else [])
-        runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")} | {"lr": cfg.lr, "seed": cfg.seed})
+        runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")}
+                    | {"lr": cfg.lr, "seed": cfg.seed, "data_mix": asdict(mix), "data_sources": sources,
+                       "copy_probe": probe(model)})
         record.update(runs=runs, steps=sum(r["steps"] for r in runs), train_tokens=sum(r["train_tokens"] for r in runs),
                       train_seconds=round(sum(r["train_seconds"] for r in runs), 1))
         model = model.to(torch.bfloat16)
@@ -267,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         record.update(
             parameters=sum(p.numel() for p in shipped.parameters()),
             shape=asdict(shape), vocab_size=len(tokenizer), context=args.context,
-            batch_size=args.batch_size, data_mix=asdict(mix),
+            batch_size=args.batch_size, data_mix=asdict(mix), data_sources=sources,
             training_files=len(train_texts), held_out_packages=list(held_out), weights_dtype="bfloat16",
             python=sys.version.split()[0],
         )

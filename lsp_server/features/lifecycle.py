@@ -52,13 +52,16 @@ async def load_models(ls) -> None:
 
     ls.tracer.message(f"[speclsp] loading models: target={config.model} draft={config.draft_model} "
                       f"device={config.device} dtype={config.dtype}")
+    ls.status.model_state("loading", f"loading {config.model}", config.model, config.draft_model, config.device)
     state = await asyncio.wrap_future(ls.worker.load(config, on_stage))
     if state == READY:
         engine = ls.worker.engine
         message = (f"models ready: target={config.model} on {engine.target.model.device} "
                    f"({engine.target.model.dtype}), draft={config.draft_model}")
+        ls.status.model_state("ready", message, config.model, config.draft_model, str(engine.target.model.device))
     else:
         message = f"model loading failed: {ls.worker.error}"
+        ls.status.model_state("error", message)
         ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=f"speclsp: {message}"))
     ls.tracer.message(f"[speclsp] {message}", types.MessageType.Info if state == READY else types.MessageType.Error)
     if token is not None:

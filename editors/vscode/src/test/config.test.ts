@@ -1,0 +1,66 @@
+import * as assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { test } from "node:test";
+
+import { CLIENT_SETTINGS, SERVER_SETTINGS, expandPath, needsRestart, resolveServerCommand, serverSettings } from "../config";
+
+const packageJson = JSON.parse(fs.readFileSync(path.join(__dirname, "..", "..", "package.json"), "utf8"));
+const properties: Record<string, { default: unknown }> = packageJson.contributes.configuration.properties;
+
+function reader(values: Record<string, unknown>) {
+  return (key: string) => values[key];
+}
+
+test("every contributed setting is either sent to the server or used by the client", () => {
+  const contributed = Object.keys(properties).map((key) => key.replace(/^speclsp\./, ""));
+  const known = [...SERVER_SETTINGS, ...CLIENT_SETTINGS, "trace.server"];
+  assert.deepEqual([...contributed].sort(), [...known].sort());
+});
+
+test("serverSettings sends the server's keys only, never client settings", () => {
+  const values: Record<string, unknown> = { "server.command": ["x"], "server.pythonPath": "/py", model: "/m", topP: 0.9 };
+  assert.deepEqual(serverSettings(reader(values)), { model: "/m", topP: 0.9 });
+});
+
+test("serverSettings with package.json defaults gives every server key", () => {
+  const defaults = Object.fromEntries(Object.entries(properties).map(([k, v]) => [k.replace(/^speclsp\./, ""), v.default]));
+  const sent = serverSettings(reader(defaults));
+  assert.deepEqual(Object.keys(sent).sort(), [...SERVER_SETTINGS].sort());
+  assert.equal(sent.model, "starter");
+  assert.equal(sent.trustRemoteCode, false);
+});
+
+test("resolveServerCommand: explicit command wins, with ~ and ${workspaceFolder} expanded", () => {
+  const resolved = resolveServerCommand(
+    reader({ "server.command": ["~/venv/bin/speclsp", "serve", "${workspaceFolder}/x"], "server.pythonPath": "/usr/bin/python3" }),
+    { home: "/home/u", workspaceFolder: "/ws" },
+  );
+  assert.deepEqual(resolved, { command: path.join("/home/u", "/venv/bin/speclsp"), args: ["serve", "/ws/x"] });
+});
+
+test("resolveServerCommand: python path runs the module", () => {
+  assert.deepEqual(resolveServerCommand(reader({ "server.command": [], "server.pythonPath": " /opt/py/bin/python " })), {
+    command: "/opt/py/bin/python",
+    args: ["-m", "lsp_server.cli", "serve"],
+  });
+});
+
+test("resolveServerCommand: default is speclsp serve from PATH", () => {
+  assert.deepEqual(resolveServerCommand(reader({})), { command: "speclsp", args: ["serve"] });
+});
+
+test("resolveServerCommand rejects a malformed command with a message naming the setting", () => {
+  assert.throws(() => resolveServerCommand(reader({ "server.command": "speclsp serve" })), /speclsp\.server\.command/);
+  assert.throws(() => resolveServerCommand(reader({ "server.command": ["speclsp", ""] })), /non-empty strings/);
+});
+
+test("expandPath leaves other text alone", () => {
+  assert.equal(expandPath("/a/~b/${workspaceFolder}", { home: "/h" }), "/a/~b/${workspaceFolder}");
+  assert.equal(expandPath("${userHome}/m", { home: "/h" }), "/h/m");
+});
+
+test("needsRestart only for the client's own settings", () => {
+  assert.equal(needsRestart((s) => s === "speclsp.server.pythonPath"), true);
+  assert.equal(needsRestart((s) => s === "speclsp.model"), false);
+});

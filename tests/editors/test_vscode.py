@@ -1,0 +1,68 @@
+"""The VS Code extension (editors/vscode): its settings mirror the server's, and it compiles, passes
+its own unit tests (node's test runner) and packages to a .vsix. VS Code itself cannot run here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import zipfile
+from dataclasses import fields
+from pathlib import Path
+
+from lsp_server.settings import Settings, _camel, parse_settings
+from tests.editors.conftest import require_program
+
+EXTENSION = Path(__file__).resolve().parents[2] / "editors" / "vscode"
+CLIENT_ONLY = {"speclsp.server.command", "speclsp.server.pythonPath", "speclsp.trace.server"}
+
+
+def contributed() -> dict:
+    package = json.loads((EXTENSION / "package.json").read_text())
+    return package["contributes"]["configuration"]["properties"]
+
+
+def test_contributed_settings_mirror_the_server_settings():
+    properties = contributed()
+    server_keys = {f"speclsp.{_camel(f.name)}": f for f in fields(Settings)}
+    assert set(properties) - CLIENT_ONLY == set(server_keys)
+    for key, field in server_keys.items():
+        assert properties[key]["default"] == getattr(Settings(), field.name), key
+
+
+def test_contributed_defaults_are_accepted_by_the_server():
+    defaults = {key.removeprefix("speclsp."): spec["default"] for key, spec in contributed().items()
+                if key not in CLIENT_ONLY}
+    settings, warnings = parse_settings({"speclsp": defaults})
+    assert warnings == [] and settings == Settings()
+
+
+def test_contributed_enums_are_valid_server_values():
+    for key, spec in contributed().items():
+        if key in CLIENT_ONLY or "enum" not in spec:
+            continue
+        for value in spec["enum"]:
+            _, warnings = parse_settings({key.removeprefix("speclsp."): value})
+            assert warnings == [], (key, value, warnings)
+
+
+def run(cmd: list[str], timeout: int = 600) -> str:
+    done = subprocess.run(cmd, cwd=EXTENSION, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_extension_compiles_passes_unit_tests_and_packages():
+    npm = require_program("npm")
+    run([npm, "ci", "--no-audit", "--no-fund"])
+    output = run([npm, "test"])
+    assert "# fail 0" in output and "# pass " in output
+    vsix = EXTENSION / "speclsp.vsix"
+    vsix.unlink(missing_ok=True)
+    run([npm, "run", "package"])
+    with zipfile.ZipFile(vsix) as archive:
+        names = set(archive.namelist())
+        manifest = json.loads(archive.read("extension/package.json"))
+    assert {"extension/out/extension.js", "extension/out/config.js",
+            "extension/node_modules/vscode-languageclient/package.json"} <= names
+    assert not any(name.startswith("extension/src/") for name in names)
+    assert manifest["main"] == "./out/extension.js"
