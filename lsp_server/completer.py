@@ -2,10 +2,10 @@
 
 Shared by the LSP features and ``speclsp complete``. It runs on the model worker thread.
 
-Post-processing here is the minimum every answer needs: special tokens never reach the text (they
-end generation, and a model spelling one out byte by byte is cut there too, shared case L8); with
-code right of the cursor only the current line is completed; trailing whitespace is dropped; line
-breaks are written in the document's own line ending (case L3).
+Special tokens never reach the text (they end generation, and a model spelling one out byte by
+byte is cut there too, shared case L8). :mod:`lsp_server.postprocess` decides single- or multi-line
+before generation and trims the result after it (block ends, the suffix never repeated, syntax);
+line breaks are written in the document's own line ending (case L3).
 """
 
 from __future__ import annotations
@@ -13,19 +13,58 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lsprotocol import types
+from pygls import uris
 from pygls.workspace.position_codec import PositionCodec
 
 from decoding.engine import Engine
+from decoding.loading import STARTER_TARGET
+from decoding.starter import TARGET_DIR
 from decoding.generate import Generation, GenerationConfig
 from decoding.sampling import SamplingParams
-from lsp_server.context import CompletionContext, ContextBudget, build_context
+from lsp_server.context import CompletionContext, ContextBudget, build_context, knows_repo_format
 from lsp_server.documents import Document
 from lsp_server.positions import to_document_text, to_model_text
+from lsp_server.postprocess import Mode, TrimContext, decide_mode, trim
+from lsp_server.repo_context import RECENT_BUFFERS, Candidate, candidates, select_snippets
+from lsp_server.repo_index import RepoIndex, identifiers
 from lsp_server.settings import Settings
 
 MAX_SOURCE_CHARS = 400_000  # other buffers larger than this are not used as n-gram sources
+QUERY_LINES = (40, 10)  # lines before and after the cursor whose identifiers find related files
+
+
+def _path(uri: str) -> Path | None:
+    path = uris.to_fs_path(uri) if uri.startswith("file:") else None
+    return Path(path) if path else None
+
+
+def uses_repo_prompt(engine: Engine) -> bool:
+    """The repository-level prompt for targets that know it: their tokenizer has its tokens, and they
+    are not the starter models (which have the tokens but were never trained on the format)."""
+    model = engine.config.model
+    starter = model == STARTER_TARGET or (Path(model).exists() and Path(model).resolve() == TARGET_DIR.resolve())
+    return knows_repo_format(engine.tokenizer) and not starter
+
+
+def cross_file(document: Document, offset: int, other_documents: list[Document], repo: RepoIndex | None,
+               with_snippets: bool, snippet_chars: int):
+    """(candidate files, snippets) for a cursor: recent open buffers, then similar repository files."""
+    before = document.text[:offset].split("\n")[-QUERY_LINES[0]:]
+    after = document.text[offset:].split("\n")[:QUERY_LINES[1]]
+    query = identifiers("\n".join(before + after))
+
+    def label(path: Path | None, uri: str) -> str:
+        return repo.relative(path) if repo is not None and path is not None else uri.rsplit("/", 1)[-1]
+
+    recent = [Candidate(d.uri, label(_path(d.uri), d.uri), to_model_text(d.text), d.version)
+              for d in other_documents[:RECENT_BUFFERS] if len(d.text) <= MAX_SOURCE_CHARS]
+    open_paths = {p for p in (_path(d.uri) for d in [document, *other_documents]) if p is not None}
+    pool = candidates(recent, repo, query, open_paths)
+    snippets = select_snippets(pool, query, snippet_chars) if with_snippets else []
+    return pool, snippets
 
 
 @dataclass
@@ -35,26 +74,27 @@ class Completion:
     insert_text: str  # ready to insert at the cursor, in the document's line ending
     context: CompletionContext
     generation: Generation
+    mode: Mode
     ms: dict[str, float] = field(default_factory=dict)  # context and postprocess stages
 
 
-def generation_config(settings: Settings, context: CompletionContext, engine: Engine, seed: int | None) -> GenerationConfig:
+def generation_config(settings: Settings, mode: Mode, engine: Engine, seed: int | None) -> GenerationConfig:
     special = tuple(t for t in engine.tokenizer.all_special_tokens if t)
     return GenerationConfig(
         max_new_tokens=settings.max_new_tokens,
         sampling=SamplingParams(settings.temperature, settings.top_k, settings.top_p),
-        stop_strings=special + (("\n",) if context.single_line else ()),
+        stop_strings=special + (() if mode.multi_line else ("\n",)),
         stop_token_ids=engine.completion_stop_ids,
         max_draft_tokens=settings.max_draft_tokens,
         seed=seed,
     )
 
 
-def postprocess(text: str, context: CompletionContext) -> str:
-    """Model text -> insert text (see module docstring)."""
-    if context.single_line:
-        text = text.split("\n", 1)[0]
-    return to_document_text(text.rstrip(), context.eol)
+def postprocess(text: str, context: CompletionContext, mode: Mode, language_id: str,
+                finish_reason: str = "stop") -> str:
+    """Model text -> insert text in the document's line ending (see :func:`lsp_server.postprocess.trim`)."""
+    trimmed = trim(text, TrimContext(context.prefix, context.suffix, language_id, mode, finish_reason))
+    return to_document_text(trimmed, context.eol)
 
 
 def complete(
@@ -66,30 +106,46 @@ def complete(
     other_documents: list[Document] = (),
     should_stop: Callable[[], bool] | None = None,
     seed: int | None = None,
+    repo: RepoIndex | None = None,
 ) -> Completion:
     """Complete ``document`` at ``position``.
 
     Args:
         position: LSP position in ``codec``'s units.
-        other_documents: other open buffers; their text feeds the n-gram drafter.
+        other_documents: other open buffers, most recently touched first; their text feeds the n-gram
+            drafter, and the recent ones are candidates for prompt snippets.
+        repo: the repository index: files similar to the cursor's surroundings become draft sources
+            and (for models that know the repository format) prompt snippets.
         should_stop: polled between verify rounds (cancellation).
     Raises:
         lsp_server.positions.PositionError: the position is not in the document.
     """
     t0 = time.perf_counter()
-    budget = ContextBudget(settings.prefix_tokens, settings.suffix_tokens)
-    context = build_context(document, position, codec, engine.tokenizer, budget)
+    budget = ContextBudget(settings.prefix_tokens, settings.suffix_tokens, settings.extra_tokens)
+    offset = document.lines.offset_at(position, codec)
+    repo_prompt = uses_repo_prompt(engine)
+    pool, snippets = cross_file(document, offset, other_documents, repo, repo_prompt and budget.extra_tokens > 0,
+                                4 * budget.extra_tokens)
+    current = _path(document.uri)
+    repo_names = (repo.repo_name() if repo is not None else "workspace",
+                  repo.relative(current) if repo is not None and current is not None else document.uri.rsplit("/", 1)[-1])
+    context = build_context(document, position, codec, engine.tokenizer, budget, snippets,
+                            repo_names if repo_prompt else None)
+    mode = decide_mode(context.prefix, context.line_suffix, document.language_id, automatic=False)
     sources = {}
     for other in other_documents:
         if other.uri != document.uri and len(other.text) <= MAX_SOURCE_CHARS:
             sources[other.uri] = engine.source_index(other.uri, other.version, to_model_text(other.text))
+    for candidate in pool:  # similar repository files
+        if candidate.uri not in sources and len(candidate.text) <= MAX_SOURCE_CHARS:
+            sources[candidate.uri] = engine.source_index(candidate.uri, candidate.version, candidate.text)
     if context.truncated and len(document.text) <= MAX_SOURCE_CHARS:
         # The prompt holds only part of this document: its whole text is a draft source too.
         sources[document.uri] = engine.source_index(document.uri, document.version, to_model_text(document.text))
     t1 = time.perf_counter()
-    generation = engine.generate(context.prompt_ids, generation_config(settings, context, engine, seed),
+    generation = engine.generate(context.prompt_ids, generation_config(settings, mode, engine, seed),
                                  settings.drafter, sources, should_stop)
     t2 = time.perf_counter()
-    insert_text = postprocess(generation.text, context)
+    insert_text = postprocess(generation.text, context, mode, document.language_id, generation.finish_reason)
     ms = {"context": 1000 * (t1 - t0), "postprocess": 1000 * (time.perf_counter() - t2)}
-    return Completion(insert_text, context, generation, ms)
+    return Completion(insert_text, context, generation, mode, ms)

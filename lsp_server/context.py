@@ -5,6 +5,11 @@ Qwen2.5-Coder technical report, section 3): ``<|fim_prefix|>`` prefix ``<|fim_su
 ``<|fim_middle|>``; the model writes the middle. A tokenizer without these tokens gets a plain
 left-to-right prompt (the prefix alone).
 
+With snippets of other files and a tokenizer that has ``<|repo_name|>`` and ``<|file_sep|>``, the
+prompt is Qwen2.5-Coder's repository-level format: ``<|repo_name|>`` name, then per file
+``<|file_sep|>`` path, newline, text; then ``<|file_sep|>`` and the current file's path before the
+FIM part. Snippets fill at most ``extra_tokens`` tokens, best first.
+
 The prefix keeps its last ``prefix_tokens`` tokens and the suffix its first ``suffix_tokens``,
 each cut at a line boundary when one falls inside the kept part. The model always sees ``\\n`` line
 breaks (shared case L3); the caller converts the answer back to the document's own line ending.
@@ -21,7 +26,10 @@ from lsp_server.documents import Document
 from lsp_server.positions import line_ending, to_model_text
 
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
+REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
 _MAX_CHARS_PER_TOKEN = 8  # pre-trim before tokenising; a longer token only means fewer tokens kept
+_ANCHOR_CHARS = 4096  # the pre-trim's start moves in steps of this many characters
+_ANCHOR_TOKENS = 128  # the prefix's first token moves in steps of this many tokens
 
 
 @dataclass(frozen=True)
@@ -30,10 +38,11 @@ class ContextBudget:
 
     prefix_tokens: int = 1024
     suffix_tokens: int = 256
+    extra_tokens: int = 512  # snippets of other files
 
     def __post_init__(self) -> None:
-        if self.prefix_tokens < 1 or self.suffix_tokens < 0:
-            raise ValueError("prefix_tokens must be >= 1 and suffix_tokens >= 0")
+        if self.prefix_tokens < 1 or self.suffix_tokens < 0 or self.extra_tokens < 0:
+            raise ValueError("prefix_tokens must be >= 1, suffix_tokens and extra_tokens >= 0")
 
 
 @dataclass(frozen=True)
@@ -46,21 +55,34 @@ class CompletionContext:
     cursor_offset: int  # code points into the document text
     line_suffix: str  # text right of the cursor on its line
     eol: str  # the document's line ending
-    single_line: bool  # code right of the cursor: complete the line only
     fim: bool  # whether the prompt is fill-in-the-middle
     truncated: bool  # the budget left part of the document out of the prompt
+    snippets: tuple[str, ...] = ()  # labels of the other files' snippets in the prompt
 
 
 def _keep_tail(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
-    """The end of ``text`` within ``budget`` tokens, starting at a line start when possible."""
+    """The end of ``text`` within ``budget`` tokens, starting at a line start when possible.
+
+    The start moves in steps (at most ``_ANCHOR_CHARS`` characters for the pre-trim, ``_ANCHOR_TOKENS``
+    tokens for the cut), not with every keystroke: while the user types, consecutive prompts share
+    their beginning, so the KV cache of the previous prompt is reused and only the new tail is
+    prefilled. The kept part is between ``budget - _ANCHOR_TOKENS`` and ``budget`` tokens long.
+    """
     limit = budget * _MAX_CHARS_PER_TOKEN
-    trimmed = len(text) > limit
-    text = text[-limit:] if trimmed else text
+    start = 0
+    if len(text) > limit:
+        step = min(_ANCHOR_CHARS, limit // 2)  # the window keeps at least limit / 2 characters
+        start = ((len(text) - limit) // step + 1) * step  # rounded up: stays put while typing
+    trimmed = start > 0
+    text = text[start:]
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
     if len(ids) <= budget and not trimmed:
         return text, ids
-    cut = offsets[len(ids) - budget][0] if len(ids) > budget else 0
+    over = max(0, len(ids) - budget)
+    step = min(_ANCHOR_TOKENS, max(1, budget // 4))
+    first = min(len(ids) - 1, -(-over // step) * step) if over else 0  # rounded up to a step
+    cut = offsets[first][0] if ids else 0
     newline = text.find("\n", max(cut - 1, 0))
     if newline != -1 and newline + 1 < len(text):
         cut = newline + 1
@@ -85,14 +107,40 @@ def _keep_head(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
     return kept, tokenizer.encode(kept, add_special_tokens=False)
 
 
+def knows_repo_format(tokenizer) -> bool:
+    """Whether the tokenizer has the repository-level tokens (``<|repo_name|>``, ``<|file_sep|>``)."""
+    special = tokenizer.get_added_vocab()
+    return REPO_NAME in special and FILE_SEP in special
+
+
+def _repo_header(tokenizer, repo: tuple[str, str], snippets, budget: int) -> tuple[list[int], tuple[str, ...]]:
+    special = tokenizer.get_added_vocab()
+    repo_name, current_label = repo
+    ids = [special[REPO_NAME], *tokenizer.encode(repo_name + "\n", add_special_tokens=False)]
+    used, labels = 0, []
+    for snippet in snippets:
+        encoded = tokenizer.encode(f"{snippet.label}\n{snippet.text}\n", add_special_tokens=False)
+        if used + len(encoded) + 1 > budget:
+            continue
+        ids += [special[FILE_SEP], *encoded]
+        used += len(encoded) + 1
+        labels.append(snippet.label)
+    ids += [special[FILE_SEP], *tokenizer.encode(current_label + "\n", add_special_tokens=False)]
+    return ids, tuple(labels)
+
+
 def build_context(
-    document: Document, position: types.Position, codec: PositionCodec, tokenizer, budget: ContextBudget
+    document: Document, position: types.Position, codec: PositionCodec, tokenizer, budget: ContextBudget,
+    snippets=(), repo: tuple[str, str] | None = None,
 ) -> CompletionContext:
     """The FIM prompt for a cursor position.
 
     Args:
         position: LSP position in the codec's units.
         tokenizer: a transformers tokenizer (fast, for offsets).
+        snippets: :class:`lsp_server.repo_context.Snippet` objects, best first; used with ``repo``.
+        repo: (repository name, current file's path label) to use the repository-level format; ``None``
+            (or a tokenizer without its tokens) gives the plain FIM prompt.
     Raises:
         lsp_server.positions.PositionError: the position is not in the document.
     """
@@ -104,9 +152,13 @@ def build_context(
     prefix, prefix_ids = _keep_tail(tokenizer, full_prefix, budget.prefix_tokens)
     special = tokenizer.get_added_vocab()  # FIM markers are added tokens (a small dict, unlike get_vocab)
     fim = all(t in special for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
+    labels: tuple[str, ...] = ()
     if fim:
         suffix, suffix_ids = _keep_head(tokenizer, full_suffix, budget.suffix_tokens)
         prompt_ids = [special[FIM_PREFIX], *prefix_ids, special[FIM_SUFFIX], *suffix_ids, special[FIM_MIDDLE]]
+        if repo is not None and knows_repo_format(tokenizer):
+            header, labels = _repo_header(tokenizer, repo, snippets, budget.extra_tokens)
+            prompt_ids = header + prompt_ids
     else:
         suffix, prompt_ids = "", prefix_ids or [tokenizer.eos_token_id or 0]
     return CompletionContext(
@@ -116,7 +168,7 @@ def build_context(
         cursor_offset=offset,
         line_suffix=line_suffix,
         eol=line_ending(document.text),
-        single_line=bool(line_suffix.strip()),
         fim=fim,
         truncated=len(prefix) < len(full_prefix) or len(suffix) < len(full_suffix),
+        snippets=labels,
     )

@@ -42,6 +42,7 @@ class DocumentStore:
     def open(self, item: types.TextDocumentItem) -> Document:
         document = Document(item.uri, item.text, item.version, item.language_id)
         with self._lock:
+            self._documents.pop(item.uri, None)  # insertion order = least to most recently touched
             self._documents[item.uri] = document
         return document
 
@@ -75,6 +76,7 @@ class DocumentStore:
                 else:
                     text, in_sync = change.text, True
             document = Document(document.uri, text, params.text_document.version, document.language_id, in_sync)
+            del self._documents[document.uri]  # re-insert: most recently touched last
             self._documents[document.uri] = document
         if error is not None:
             raise error
@@ -89,5 +91,6 @@ class DocumentStore:
             return self._documents.get(uri)
 
     def all(self) -> list[Document]:
+        """Open documents, most recently opened or edited first."""
         with self._lock:
-            return list(self._documents.values())
+            return list(reversed(self._documents.values()))

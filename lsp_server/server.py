@@ -45,16 +45,27 @@ class SpeclspServer(LanguageServer):
         self.settings = Settings()
         self.store = DocumentStore()
         self.worker = ModelWorker(loader)
-        self.tracer = Tracer(self.window_log_message)
+        self.tracer = Tracer(self.window_log_message, self.log_trace, self.trace_value)
         self.status = StatusBoard(lambda method, params: self.protocol.notify(method, params))
-        self.service = CompletionService(self.store, self.worker, self.tracer, lambda: self.settings, self.status)
+        self.repo = None  # RepoIndex, once the workspace is indexed (lsp_server.indexing)
+        self.repo_building = None  # the RepoIndex being built
+        self.index_watcher = None
+        self.service = CompletionService(self.store, self.worker, self.tracer, lambda: self.settings, self.status,
+                                         lambda: self.repo)
+
+
+    def trace_value(self) -> str:
+        """The effective trace value: the client's, or the ``traceLevel`` setting when the client's is off."""
+        client = getattr(self.protocol, "trace", None)
+        client = getattr(client, "value", client) or "off"
+        return client if client != "off" else self.settings.trace_level
 
 
 def create_server(loader: Callable[..., Engine] = Engine.load) -> SpeclspServer:
     """A server with every feature registered."""
-    from lsp_server.features import completion, document_sync, inline_completion, lifecycle, status
+    from lsp_server.features import completion, document_sync, index_info, inline_completion, lifecycle, status
 
     server = SpeclspServer(loader)
-    for feature in (lifecycle, document_sync, inline_completion, completion, status):
+    for feature in (lifecycle, document_sync, inline_completion, completion, status, index_info):
         feature.register(server)
     return server

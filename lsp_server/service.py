@@ -8,6 +8,9 @@ Both ``textDocument/inlineCompletion`` and ``textDocument/completion`` come thro
   message (shared case L2);
 * a newer request for the same document cancels the one in flight, which stops within one verify
   round and is answered with ``None``; so does ``$/cancelRequest``;
+* an automatic request with the cursor in leading whitespace and code right of it gets ``None``
+  without a model call (the user is indenting, shared case L7);
+* typing the start of the completion just answered gets the rest of it at once (type-through cache);
 * every request is logged with its id, per-stage milliseconds and acceptance counts.
 """
 
@@ -25,6 +28,8 @@ from pygls.exceptions import JsonRpcInvalidParams
 from lsp_server.completer import Completion, complete
 from lsp_server.documents import DocumentStore
 from lsp_server.positions import PositionError, codec_for
+from lsp_server.postprocess import decide_mode
+from lsp_server.type_through import TypeThroughCache
 from lsp_server.tracing import Tracer
 from lsp_server.worker import READY, ModelWorker
 
@@ -35,29 +40,35 @@ class Answer:
 
     insert_text: str
     range: types.Range
-    completion: Completion
+    completion: Completion | None  # None for an answer from the type-through cache
 
 
 class CompletionService:
     """Turns requests into model work and answers."""
 
-    def __init__(self, store: DocumentStore, worker: ModelWorker, tracer: Tracer, settings_ref, status=None):
+    def __init__(self, store: DocumentStore, worker: ModelWorker, tracer: Tracer, settings_ref, status=None,
+                 repo_ref=lambda: None):
         self.store = store
         self.worker = worker
         self.tracer = tracer
         self.settings_ref = settings_ref  # callable returning the current Settings
         self.status = status  # StatusBoard or None
+        self.repo_ref = repo_ref  # callable returning the RepoIndex or None
         self.position_encoding: str | None = None  # set after initialize
         self._ids = itertools.count(1)
         self._inflight: dict[tuple[str, str], threading.Event] = {}  # (uri, method) -> cancel flag
+        self.type_through = TypeThroughCache()
 
     def cancel_document(self, uri: str, method: str | None = None) -> None:
         """Stop the generations in flight for ``uri`` (one method, or all) at their next verify round."""
         for key in [k for k in self._inflight if k[0] == uri and (method is None or k[1] == method)]:
             self._inflight.pop(key).set()
 
-    async def complete(self, method: str, uri: str, position: types.Position) -> Answer | None:
+    async def complete(self, method: str, uri: str, position: types.Position, automatic: bool = False) -> Answer | None:
         """Complete at ``position``; ``None`` when there is nothing to offer.
+
+        Args:
+            automatic: the editor asked on its own (typing), not on the user's explicit request.
 
         Raises:
             JsonRpcInvalidParams: the document is not open or the position is not in it.
@@ -69,9 +80,21 @@ class CompletionService:
             raise JsonRpcInvalidParams(f"document {uri} is not open; send textDocument/didOpen first")
         codec = codec_for(self.position_encoding)
         try:
-            document.lines.offset_at(position, codec)
+            offset = document.lines.offset_at(position, codec)
+            line_start = document.lines.offset_at(types.Position(line=position.line, character=0), codec)
+            line_end = document.lines.offset_at(types.Position(line=position.line, character=2**31 - 1), codec)
         except PositionError as exc:
             raise JsonRpcInvalidParams(f"invalid position for {uri}: {exc}") from exc
+        line_prefix, line_suffix = document.text[line_start:offset], document.text[offset:line_end]
+        if automatic and decide_mode(line_prefix, line_suffix, document.language_id, automatic=True).suppress:
+            self.tracer.request(request_id, method, uri, position, status="no suggestion: cursor in indentation")
+            return None
+        rest = self.type_through.lookup(uri, document.text, offset)
+        if rest is not None:
+            total_ms = 1000 * (time.perf_counter() - started)
+            self.tracer.request(request_id, method, uri, position, status="type-through cache hit", total_ms=total_ms)
+            cursor = document.lines.position_at(offset, codec)  # a position past the line end is clamped
+            return Answer(rest, types.Range(start=cursor, end=cursor), None)
         if self.worker.state != READY:
             self.tracer.request(request_id, method, uri, position, status=f"models {self.worker.state}")
             return None
@@ -90,7 +113,8 @@ class CompletionService:
             wait_ms = 1000 * (time.perf_counter() - queued)
             if cancelled.is_set():  # superseded while queued: no context, no prefill
                 return wait_ms, None
-            result = complete(engine, document, position, codec, self.settings_ref(), others, cancelled.is_set)
+            result = complete(engine, document, position, codec, self.settings_ref(), others, cancelled.is_set,
+                              repo=self.repo_ref())
             return wait_ms, result
 
         try:
@@ -115,5 +139,6 @@ class CompletionService:
             self.status.request_done(total_ms, completion)
         if status != "ok" or not completion.insert_text.strip():
             return None
+        self.type_through.remember(uri, document.text, offset, completion.insert_text)
         cursor = document.lines.position_at(completion.context.cursor_offset, codec)
         return Answer(completion.insert_text, types.Range(start=cursor, end=cursor), completion)

@@ -11,6 +11,7 @@ from typing import Any
 
 from decoding.engine import DRAFTER_MODES, EngineConfig
 from decoding.loading import STARTER_DRAFT, STARTER_TARGET
+from lsp_server.repo_index import IndexConfig
 
 
 @dataclass(frozen=True)
@@ -30,11 +31,26 @@ class Settings:
     max_draft_tokens: int = 8  # draft length cap per verify round
     prefix_tokens: int = 1024  # prompt budget before the cursor
     suffix_tokens: int = 256  # prompt budget after the cursor
+    extra_tokens: int = 512  # prompt budget for snippets of other files (models that know the repo format)
+    index_enabled: bool = True  # index the workspace folders (draft source and context)
+    index_include: tuple[str, ...] = ()  # gitignore-style patterns; empty: every file not excluded
+    index_exclude: tuple[str, ...] = ()  # gitignore-style patterns, on top of .gitignore and the defaults
+    max_file_bytes: int = 1_000_000  # files larger than this are not indexed
+    index_max_tokens: int = 2_000_000  # memory budget of the index, in estimated tokens
+    trace_level: str = "off"  # off | messages | verbose: $/logTrace when the client leaves its trace off
+    trace_file: str = ""  # append one JSON line per request here ("" = no file)
 
     def engine_config(self) -> EngineConfig:
         """What the models depend on; a change here reloads them, any other setting applies at once."""
         return EngineConfig(model=self.model, draft_model=self.draft_model, device=self.device, dtype=self.dtype,
                             trust_remote_code=self.trust_remote_code)
+
+    def index_config(self) -> IndexConfig | None:
+        """What the repository index depends on (``None``: no index); a change here re-indexes."""
+        if not self.index_enabled:
+            return None
+        return IndexConfig(max_file_bytes=self.max_file_bytes, max_tokens=self.index_max_tokens,
+                           include=self.index_include, exclude=self.index_exclude)
 
 
 def _camel(name: str) -> str:
@@ -55,6 +71,10 @@ _CHECKS = {
     "max_draft_tokens": lambda v: 0 <= v <= 64,
     "prefix_tokens": lambda v: 1 <= v <= 32768,
     "suffix_tokens": lambda v: 0 <= v <= 32768,
+    "extra_tokens": lambda v: 0 <= v <= 32768,
+    "max_file_bytes": lambda v: v >= 1,
+    "index_max_tokens": lambda v: v >= 0,
+    "trace_level": lambda v: v in ("off", "messages", "verbose"),
 }
 
 
@@ -83,6 +103,8 @@ def parse_settings(options: Any, base: Settings | None = None) -> tuple[Settings
             continue
         default = getattr(Settings(), field.name)
         kind = type(default)
+        if kind is tuple and isinstance(value, list) and all(isinstance(item, str) for item in value):
+            value = tuple(value)  # JSON arrays of strings
         ok_type = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value, ok_type = float(value), True

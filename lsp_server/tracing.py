@@ -1,25 +1,61 @@
-"""Request tracing: one ``window/logMessage`` line per request with its id, stages and acceptance.
+"""Request tracing: a one-line summary per request, details on demand, an optional JSON-lines file.
 
-The line holds no code text: file name, position, milliseconds per stage (queue wait, context
-build, prefill, draft, verify, post-processing, total), prefill tokens computed and reused, tokens
-generated, target passes and accepted/drafted tokens per draft source.
+* ``window/logMessage``: one line per request, always: id, method, file name and position, status,
+  milliseconds per stage (queue wait, context build, prefill, draft, verify, post-processing, total),
+  prefill tokens computed and reused, tokens generated, target passes, tokens per pass and
+  accepted/drafted tokens per draft source. No code text.
+* ``$/logTrace``: when the trace value is ``messages``, the same line; when ``verbose``, the line plus
+  a JSON ``verbose`` field with every figure and the completion text (code text appears only here,
+  and in the trace file at verbose level). The trace value is the client's (``initialize`` ``trace``
+  or ``$/setTrace``); when the client leaves it ``off``, the ``traceLevel`` setting applies.
+* ``traceFile`` setting: one JSON object per request appended to that file.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
 
 from lsprotocol import types
 
 log = logging.getLogger("speclsp.trace")
 
+OFF, MESSAGES, VERBOSE = "off", "messages", "verbose"
+
 
 class Tracer:
-    """Formats request summaries and sends them to the client's log (and to stderr logging)."""
+    """Formats request records and sends them to the client's log, its trace and a file."""
 
-    def __init__(self, send: Callable[[types.LogMessageParams], None] | None = None):
+    def __init__(self, send: Callable[[types.LogMessageParams], None] | None = None,
+                 send_trace: Callable[[types.LogTraceParams], None] | None = None,
+                 trace_value: Callable[[], str] = lambda: OFF):
         self._send = send
+        self._send_trace = send_trace
+        self._trace_value = trace_value
+        self._file: TextIO | None = None
+        self._file_path = ""
+
+    def set_trace_file(self, path: str) -> str | None:
+        """Append request records to ``path`` ('' turns the file off); returns an error message or None."""
+        if path == self._file_path:
+            return None
+        if self._file is not None:
+            self._file.close()
+            self._file, self._file_path = None, ""
+        if not path:
+            return None
+        try:
+            target = Path(path).expanduser()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._file = target.open("a", encoding="utf-8")
+            self._file_path = path
+        except OSError as exc:
+            return f"cannot write the trace file {path}: {exc.strerror or exc}"
+        return None
 
     def message(self, text: str, kind: types.MessageType = types.MessageType.Log) -> None:
         log.info("%s", text)
@@ -27,8 +63,11 @@ class Tracer:
             self._send(types.LogMessageParams(type=kind, message=text))
 
     def request(self, request_id: int, method: str, uri: str, position: types.Position, status: str,
-                queue_ms: float = 0.0, completion=None, total_ms: float = 0.0) -> None:
+                queue_ms: float = 0.0, completion=None, total_ms: float = 0.0) -> dict:
+        """Trace one answered request; returns the record (without code text)."""
         name = uri.rsplit("/", 1)[-1]
+        record: dict = {"time": round(time.time(), 3), "id": request_id, "method": method, "file": name,
+                        "line": position.line, "character": position.character, "status": status}
         parts = [f"[speclsp] req={request_id} {method} {name}:{position.line}:{position.character} {status}"]
         if completion is not None:
             stats = completion.generation.stats
@@ -41,4 +80,29 @@ class Tracer:
                          f"tokens={stats.new_tokens} passes={stats.target_passes} "
                          f"tokens/pass={stats.tokens_per_pass:.2f} accepted[{sources}] "
                          f"finish={completion.generation.finish_reason}")
-        self.message(" | ".join(parts))
+            record.update(
+                ms={k: round(v, 2) for k, v in stages.items()}, prefill_computed=stats.prefill_computed,
+                prefill_reused=stats.prefill_reused, tokens=stats.new_tokens, target_passes=stats.target_passes,
+                tokens_per_pass=round(stats.tokens_per_pass, 3),
+                accepted={n: {"accepted": s.accepted, "drafted": s.drafted} for n, s in sorted(stats.sources.items())},
+                finish=completion.generation.finish_reason, multi_line=completion.mode.multi_line,
+                mode_reason=completion.mode.reason)
+        elif total_ms:
+            parts.append(f"total={total_ms:.1f}ms")
+            record["ms"] = {"total": round(total_ms, 2)}
+        summary = " | ".join(parts)
+        self.message(summary)
+        level = self._trace_value()
+        detailed = dict(record)
+        if level == VERBOSE and completion is not None:
+            detailed["insert_text"] = completion.insert_text
+        if level in (MESSAGES, VERBOSE) and self._send_trace is not None:
+            self._send_trace(types.LogTraceParams(
+                message=summary, verbose=json.dumps(detailed) if level == VERBOSE else None))
+        if self._file is not None:
+            try:
+                self._file.write(json.dumps(detailed if level == VERBOSE else record) + "\n")
+                self._file.flush()
+            except OSError as exc:
+                log.warning("trace file write failed: %s", exc)
+        return record

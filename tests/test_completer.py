@@ -15,6 +15,7 @@ from lsp_server.completer import complete, generation_config, postprocess
 from lsp_server.context import ContextBudget, build_context
 from lsp_server.documents import Document
 from lsp_server.positions import codec_for
+from lsp_server.postprocess import decide_mode
 from lsp_server.settings import Settings
 from tests.greedy_check import assert_greedy_equal
 
@@ -43,7 +44,8 @@ def test_special_tokens_spelled_out_as_text_are_cut(engine):
     """Case L8: a model writing '<|endoftext|>' byte by byte (not as the special id) is cut there too."""
     document = Document("file:///a.py", "def f():\n    ", 1, "python")
     context = build_context(document, types.Position(line=1, character=4), UTF16, engine.tokenizer, ContextBudget())
-    config = generation_config(Settings(), context, engine, seed=None)
+    mode = decide_mode(context.prefix, context.line_suffix, "python", automatic=False)
+    config = generation_config(Settings(), mode, engine, seed=None)
     assert set(engine.tokenizer.all_special_tokens) <= set(config.stop_strings)
     assert set(engine.tokenizer.all_special_ids) <= config.stop_token_ids  # as ids too: any special token ends it
     assert "\n" not in config.stop_strings  # an empty rest of line: multi-line allowed
@@ -59,11 +61,13 @@ def test_special_tokens_spelled_out_as_text_are_cut(engine):
 def test_postprocess_single_line_crlf_and_trailing_space(engine):
     single = build_context(Document("file:///a.py", "x = foo()\r\n", 1, "python"),
                            types.Position(line=0, character=8), UTF16, engine.tokenizer, ContextBudget())
-    assert single.single_line and postprocess("a, b\n    more", single) == "a, b"
+    single_mode = decide_mode(single.prefix, single.line_suffix, "python", automatic=False)
+    assert not single_mode.multi_line and postprocess("a, b\n    more", single, single_mode, "python") == "a, b"
     multi = build_context(Document("file:///b.py", "def f():\r\n    ", 1, "python"),
                           types.Position(line=1, character=4), UTF16, engine.tokenizer, ContextBudget())
-    assert not multi.single_line
-    assert postprocess("x = 1\n    return x\n\n", multi) == "x = 1\r\n    return x"
+    multi_mode = decide_mode(multi.prefix, multi.line_suffix, "python", automatic=False)
+    assert multi_mode.multi_line
+    assert postprocess("x = 1\n    return x\n\n", multi, multi_mode, "python") == "x = 1\r\n    return x"
 
 
 @pytest.mark.parametrize("k", [1, 2, 5])
@@ -93,3 +97,19 @@ def test_every_drafter_mode_completes_the_same(engine):
              for mode in ("none", "ngram", "model", "auto")}
     assert len(set(texts.values())) == 1, texts
 
+
+
+def test_repository_files_similar_to_the_cursor_become_draft_sources(engine, tmp_path):
+    from lsp_server.repo_index import RepoIndex
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "shapes.py").write_text("class Circle:\n    def area(self):\n        return self.radius_value ** 2\n")
+    (tmp_path / "pkg" / "other.py").write_text("import os\nprint(os.getcwd())\n")
+    index = RepoIndex([tmp_path])
+    index.scan()
+    document = Document((tmp_path / "pkg" / "square.py").as_uri(), "class Square:\n    def area(self):\n        return ", 1,
+                        "python")
+    engine.reset_caches()
+    complete(engine, document, types.Position(line=2, character=15), UTF16, Settings(max_new_tokens=4), repo=index)
+    assert (tmp_path / "pkg" / "shapes.py").as_uri() in engine._sources  # shares identifiers: a source
+    assert (tmp_path / "pkg" / "other.py").as_uri() not in engine._sources  # nothing in common

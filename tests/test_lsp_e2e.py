@@ -104,9 +104,11 @@ async def test_held_out_file_inline_completion_and_completion(client: LanguageCl
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character)))
     assert len(completion.items) == 1
     assert completion.items[0].text_edit.new_text == item.insert_text  # greedy: the same completion
-    # Every request is logged with an id, stage times and acceptance counts.
+    # Every request is logged with an id, stage times and acceptance counts; the second request, at
+    # the same place in the same text, came from the type-through cache.
+    assert any("type-through cache hit" in m.message for m in client.log_messages)
     traces = [m.message for m in client.log_messages if "req=" in m.message and " ok " in m.message]
-    assert len(traces) >= 2
+    assert len(traces) >= 1
     assert all("verify=" in t and "total=" in t and "accepted[" in t and "tokens/pass=" in t for t in traces)
 
 

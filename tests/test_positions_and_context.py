@@ -47,7 +47,7 @@ def test_l1_prefix_and_suffix_split_exactly_at_cursor(tokenizer):
     context = build_context(document, position, UTF16, tokenizer, ContextBudget())
     assert context.prefix.endswith('    print("Goodbye, ') and context.prefix.startswith("# 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 😀")
     assert context.suffix == '")\n'
-    assert context.single_line and context.line_suffix == '")'
+    assert context.line_suffix == '")'
     decoded = tokenizer.decode(context.prompt_ids)
     assert decoded == "<|fim_prefix|>" + context.prefix + "<|fim_suffix|>" + context.suffix + "<|fim_middle|>"
 
@@ -122,3 +122,26 @@ def test_budget_keeps_whole_lines_at_the_tail(tokenizer):
     assert context.prefix.startswith("value_") and context.prefix.endswith("value_39")
     assert len(tokenizer.encode(context.prefix)) <= 64
     assert len(context.prompt_ids) <= 64 + 8 + 3
+
+
+def test_long_prefix_start_stays_put_while_typing_so_the_prompt_cache_is_reused(tokenizer):
+    """Typing at the end of a long prefix keeps the prompt's beginning: only the tail is new."""
+    body = "".join(f"def function_{i}(argument):\n    return argument * {i}\n\n" for i in range(400))
+    budget = ContextBudget(prefix_tokens=512, suffix_tokens=16)
+    previous = None
+    shared = []
+    for typed in ("", "d", "de", "def", "def ", "def n", "def ne", "def new"):
+        document = Document("file:///long.py", body + typed, 1, "python")
+        lines = body.count("\n")
+        context = build_context(document, types.Position(line=lines, character=len(typed)), UTF16, tokenizer, budget)
+        assert len(context.prompt_ids) <= 512 + 16 + 3
+        assert ("\n" + context.prefix) in ("\n" + body + typed)  # cut at a line start
+        if previous is not None:
+            common = 0
+            for a, b in zip(previous, context.prompt_ids):
+                if a != b:
+                    break
+                common += 1
+            shared.append(common)
+        previous = context.prompt_ids
+    assert min(shared) >= 512 - 128 - 8, shared  # all but the last few tokens of the prefix are shared

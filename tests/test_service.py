@@ -77,16 +77,17 @@ async def test_l1_l5_ranges_in_the_negotiated_encoding(monkeypatch, encoding):
     """The answer's range sits at the cursor, in the client's units, whatever the model writes."""
     from lsp_server import service as service_module
     from lsp_server.completer import Completion
+    from lsp_server.postprocess import Mode
     from lsp_server.context import ContextBudget, build_context
     from decoding.generate import Generation
     from decoding.stats import GenerationStats
 
     seen = {}
 
-    def fake_complete(engine, document, position, codec, settings, others, should_stop):
+    def fake_complete(engine, document, position, codec, settings, others, should_stop, repo=None):
         context = build_context(document, position, codec, _tokenizer(), ContextBudget())
         seen["prefix"], seen["suffix"] = context.prefix, context.suffix
-        return Completion("world", context, Generation([1], "world", "stop", GenerationStats()))
+        return Completion("world", context, Generation([1], "world", "stop", GenerationStats()), Mode(False))
 
     monkeypatch.setattr(service_module, "complete", fake_complete)
     worker = ModelWorker(lambda config, on_stage: object())  # never used: complete() is replaced

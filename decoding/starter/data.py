@@ -246,10 +246,10 @@ class ExampleMaker:
         return self._renamed(span)
 
     def random_repeat(self) -> list[int]:
-        """A random run of 16-128 ordinary token ids, then the same run again."""
+        """A random run of 16-128 ordinary token ids, then the same run once or twice more."""
         vocab = self.tokenizer.get_vocab_size()
         run = [self.rng.randrange(len(SPECIAL_TOKENS), vocab) for _ in range(self.rng.randint(16, 128))]
-        return run + run + [self.ids["<|endoftext|>"]]
+        return run * self.rng.randint(2, 3) + [self.ids["<|endoftext|>"]]
 
 
 _PYTHON_WORDS = frozenset(

@@ -158,7 +158,8 @@ def _save_checkpoint(path: Path, state: dict) -> None:
 
 
 def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, name: str,
-                checkpoint: Path | None = None, log_path: Path | None = None, probe: CopyProbe | None = None) -> dict:
+                checkpoint: Path | None = None, log_path: Path | None = None, probe: CopyProbe | None = None,
+                phase: dict | None = None) -> dict:
     """Optimise ``model`` in place; returns the steps, tokens and last training loss.
 
     Args:
@@ -167,6 +168,8 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
             time budget and the learning-rate schedule count the time already spent).
         log_path: JSON-lines log, one record per ``cfg.log_every`` steps (step, loss, lr, tokens/s, copy probe).
         probe: scored every ``cfg.probe_every`` steps and logged.
+        phase: what this invocation trains on (e.g. the data mix); a resumed run whose phase differs
+            from the checkpoint's records a new phase starting at the resumed step.
     """
     torch.manual_seed(cfg.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -177,6 +180,7 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
         betas=(0.9, 0.95),
     )
     step, tokens, loss_ema, spent = 0, 0, None, 0.0
+    phases = [{"from_step": 0, **(phase or {})}]
     if checkpoint is not None and checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False)
         model.load_state_dict(state["model"])
@@ -184,6 +188,9 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
         batches.rng.setstate(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
         step, tokens, loss_ema, spent = state["step"], state["tokens"], state["loss_ema"], state["seconds"]
+        phases = state.get("phases", phases)
+        if {k: v for k, v in phases[-1].items() if k != "from_step"} != (phase or {}):
+            phases.append({"from_step": step, **(phase or {})})
         print(f"{name}: resumed from {checkpoint} at step {step} ({spent / 60:.1f} min spent)", file=sys.stderr)
 
     def save() -> None:
@@ -191,7 +198,7 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
             _save_checkpoint(checkpoint, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "data_rng": batches.rng.getstate(),
                 "torch_rng": torch.get_rng_state(), "step": step, "tokens": tokens, "loss_ema": loss_ema,
-                "seconds": spent + time.monotonic() - start, "config": asdict(cfg),
+                "seconds": spent + time.monotonic() - start, "config": asdict(cfg), "phases": phases,
             })
 
     log = log_path.open("a") if log_path is not None else None
@@ -239,7 +246,7 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
             log.close()
     model.eval()
     return {"steps": step, "train_tokens": tokens, "final_train_loss_ema": loss_ema,
-            "train_seconds": round(spent + time.monotonic() - start, 1)}
+            "train_seconds": round(spent + time.monotonic() - start, 1), "phases": phases}
 
 
 @torch.no_grad()
@@ -362,11 +369,12 @@ def main(argv: list[str] | None = None) -> int:
         rng = random.Random(cfg.seed)
         batches = Batches(chunks, ExampleMaker(tokenizer.backend_tokenizer, mix, rng), args.context, rng)
         record = train_model(model, batches, cfg, name, checkpoint=checkpoint,
-                             log_path=args.work_dir / "train.log.jsonl", probe=probe)
+                             log_path=args.work_dir / "train.log.jsonl", probe=probe,
+                             phase={"data_mix": asdict(mix)})
         run_keys = ("steps", "train_tokens", "train_seconds", "lr", "seed")
         runs = previous.get("runs", [{k: previous.get(k) for k in run_keys}] if previous else [])
         runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")}
-                    | {"lr": cfg.lr, "seed": cfg.seed, "data_mix": asdict(mix), "data_sources": sources,
+                    | {"lr": cfg.lr, "seed": cfg.seed, "phases": record.pop("phases"), "data_sources": sources,
                        "copy_probe": probe(model)})
         record.update(runs=runs, steps=sum(r["steps"] for r in runs), train_tokens=sum(r["train_tokens"] for r in runs),
                       train_seconds=round(sum(r["train_seconds"] for r in runs), 1))

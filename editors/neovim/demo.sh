@@ -5,7 +5,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 server="${1:-speclsp}"
 work="$(mktemp -d)"
-#trap 'tmux kill-session -t speclsp-demo 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'tmux kill-session -t speclsp-demo 2>/dev/null || true; rm -rf "$work"' EXIT
 cat > "$work/shapes.py" <<'PY'
 import math
 
@@ -30,12 +30,12 @@ tmux new-session -d -s speclsp-demo -x 90 -y 24 \
   "nvim -u NONE -i NONE -n --cmd 'set rtp^=$here' --cmd 'syntax on' \
    -c \"lua require('speclsp').setup({ cmd = { '$server', 'serve' } })\" $work/shapes.py"
 sleep 8                                   # the server loads the models
-tmux send-keys -t speclsp-demo 'G' 'o' '    def area(self):' Enter
-for _ in $(seq 1 100); do                  # wait for ghost text
+# Type a method header and the start of its body, as a user would, then wait for the ghost text.
+tmux send-keys -t speclsp-demo 'G' 'o' '    def area(self):' Enter '    return self.'
+before="$(tmux capture-pane -p -t speclsp-demo)"
+for _ in $(seq 1 100); do
   sleep 0.2
-  if tmux capture-pane -p -t speclsp-demo | grep -q 'return'; then
-    if [ "$(tmux capture-pane -p -t speclsp-demo | grep -c 'return')" -ge 3 ]; then break; fi
-  fi
+  [ "$(tmux capture-pane -p -t speclsp-demo)" != "$before" ] && break
 done
 sleep 0.5
 tmux capture-pane -p -t speclsp-demo

@@ -28,6 +28,7 @@ def register(server) -> None:
     def did_close(ls, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         ls.service.cancel_document(uri)
+        ls.service.type_through.forget(uri)
         ls.store.close(uri)
         if ls.worker.engine is not None:
             ls.worker.engine.forget_source(uri)

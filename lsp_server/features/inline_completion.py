@@ -13,7 +13,8 @@ def register(server) -> None:
     # Registering with options makes pygls advertise inlineCompletionProvider in initialize.
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls, params: types.InlineCompletionParams) -> types.InlineCompletionList:
-        answer = await ls.service.complete("inlineCompletion", params.text_document.uri, params.position)
+        automatic = params.context is not None and params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
+        answer = await ls.service.complete("inlineCompletion", params.text_document.uri, params.position, automatic)
         if answer is None:
             return types.InlineCompletionList(items=[])
         return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=answer.insert_text,

@@ -15,10 +15,17 @@ import itertools
 
 from lsprotocol import types
 
+from lsp_server.indexing import rebuild_index, stop_index
 from lsp_server.settings import parse_settings
 from lsp_server.worker import READY
 
 _tokens = itertools.count(1)
+
+
+def _apply(ls, warnings: list[str]) -> list[str]:
+    """Apply settings that take effect at once (the trace file); returns ``warnings`` plus any problem."""
+    problem = ls.tracer.set_trace_file(ls.settings.trace_file)
+    return warnings + ([problem] if problem else [])
 
 
 def _warn(ls, warnings: list[str]) -> None:
@@ -72,23 +79,34 @@ def register(server) -> None:
     @server.feature(types.INITIALIZE)
     def initialize(ls, params: types.InitializeParams) -> None:
         ls.settings, warnings = parse_settings(params.initialization_options)
+        if params.trace is not None:  # pygls only follows $/setTrace
+            ls.protocol.trace = params.trace
         ls.service.position_encoding = ls.workspace.position_encoding
-        ls.pending_warnings = warnings
+        ls.pending_warnings = _apply(ls, warnings)
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls, params: types.InitializedParams) -> None:
         _warn(ls, getattr(ls, "pending_warnings", []))
         ls.tracer.message(f"[speclsp] position encoding: {ls.service.position_encoding}")
+        indexing = asyncio.ensure_future(rebuild_index(ls))
         await load_models(ls)
+        await indexing
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(ls, params: types.DidChangeConfigurationParams) -> None:
         old = ls.settings
         ls.settings, warnings = parse_settings(params.settings, base=old)
-        _warn(ls, warnings)
+        _warn(ls, _apply(ls, warnings))
+        if ls.settings.index_config() != old.index_config():
+            asyncio.ensure_future(rebuild_index(ls))
         if ls.settings.engine_config() != old.engine_config():
             await load_models(ls)
 
+    @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    async def did_change_workspace_folders(ls, params: types.DidChangeWorkspaceFoldersParams) -> None:
+        await rebuild_index(ls)  # pygls has already updated ls.workspace.folders
+
     @server.feature(types.SHUTDOWN)
     def shutdown(ls, *args) -> None:
+        stop_index(ls)
         ls.worker.shutdown()

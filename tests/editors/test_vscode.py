@@ -26,7 +26,8 @@ def test_contributed_settings_mirror_the_server_settings():
     server_keys = {f"speclsp.{_camel(f.name)}": f for f in fields(Settings)}
     assert set(properties) - CLIENT_ONLY == set(server_keys)
     for key, field in server_keys.items():
-        assert properties[key]["default"] == getattr(Settings(), field.name), key
+        default = getattr(Settings(), field.name)
+        assert properties[key]["default"] == (list(default) if isinstance(default, tuple) else default), key
 
 
 def test_contributed_defaults_are_accepted_by_the_server():

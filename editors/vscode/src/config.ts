@@ -19,6 +19,14 @@ export const SERVER_SETTINGS = [
   "maxDraftTokens",
   "prefixTokens",
   "suffixTokens",
+  "traceLevel",
+  "traceFile",
+  "extraTokens",
+  "indexEnabled",
+  "indexInclude",
+  "indexExclude",
+  "maxFileBytes",
+  "indexMaxTokens",
 ] as const;
 
 /** Settings the extension itself uses; changing one restarts the server. */

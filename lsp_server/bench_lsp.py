@@ -1,0 +1,230 @@
+"""``speclsp bench lsp``: replay human typing through the real server over stdio and time it.
+
+For functions of held-out standard-library files (chosen with a fixed seed), the file is opened with
+the function removed, and the function is typed back character by character: 30-80 ms per key, with
+pauses (300-700 ms) at line ends and at some word ends. At each pause the client asks for an inline
+completion, as an editor's debounce would; when the shown completion starts with the next character
+the typist types, the client asks again after that keystroke (what editors do while a suggestion is
+on screen: this is what the type-through cache answers). A pause ends when its time is up, answered
+or not: typing on supersedes the request in flight (the server cancels it), counted as cancelled.
+
+Reported: end-to-end latency p50/p95/p99 (request sent to answer received, this client's clock), for
+single-line completions separately; server overhead (end-to-end minus model time, from the server's
+JSON-lines trace); type-through cache hit latency and rate; cancellations; tokens per target pass.
+A measurement command, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+from decoding.starter.data import DEFAULT_HELD_OUT, read_texts, stdlib_files
+from lsp_server.postprocess import decide_mode
+
+
+def pick_functions(count: int, seed: int) -> list[tuple[str, str, int, int]]:
+    """(file name, text, start offset, end offset) of ``count`` held-out functions of 3-25 lines."""
+    rng = random.Random(seed)
+    paths = stdlib_files(DEFAULT_HELD_OUT, want_held_out=True)
+    found = []
+    for path, text in zip(paths, read_texts(paths)):
+        lines = text.split("\n")
+        offsets = [0]
+        for line in lines:
+            offsets.append(offsets[-1] + len(line) + 1)
+        for index, line in enumerate(lines):
+            stripped = line.lstrip()
+            if not stripped.startswith("def "):
+                continue
+            indent = len(line) - len(stripped)
+            end = index + 1
+            while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
+                end += 1
+            while end > index + 1 and not lines[end - 1].strip():
+                end -= 1
+            if 3 <= end - index <= 25:
+                found.append((f"{path.parent.name}/{path.name}", text, offsets[index] + indent, offsets[end] - 1))
+    return rng.sample(found, min(count, len(found)))
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))], 2)
+
+
+class Typist:
+    """Drives one server: opens documents, types, asks, measures."""
+
+    def __init__(self, client: LanguageClient, rng: random.Random, pause_timeout_s: float):
+        self.client, self.rng, self.pause_timeout_s = client, rng, pause_timeout_s
+        self.samples: list[dict] = []  # one per request sent
+        self.version = 0
+
+    def _change(self, uri: str, line: int, character: int, text: str) -> None:
+        self.version += 1
+        position = types.Position(line=line, character=character)
+        self.client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.version),
+            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=position, end=position),
+                                                                    text=text)]))
+
+    def _ask(self, uri: str, line: int, character: int):
+        params = types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic))
+        return asyncio.ensure_future(self.client.text_document_inline_completion_async(params)), time.perf_counter()
+
+    async def type_function(self, name: str, text: str, start: int, end: int) -> None:
+        uri = f"file:///bench/{name.replace('/', '_')}"
+        body = text[start:end]
+        document = text[:start] + text[end:]
+        self.version += 1
+        self.client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+            uri=uri, language_id="python", version=self.version, text=document)))
+        typed = text[:start]
+        line = typed.count("\n")
+        character = len(typed[typed.rfind("\n") + 1:].encode("utf-16-le")) // 2
+        shown = ""  # the completion on screen
+        for index, char in enumerate(body):
+            self._change(uri, line, character, char)
+            typed += char
+            line = typed.count("\n")
+            character = len(typed[typed.rfind("\n") + 1:].encode("utf-16-le")) // 2  # LSP's default units
+            matches = shown[:1] == char
+            shown = shown[1:] if matches else ""
+            await asyncio.sleep(self.rng.uniform(0.030, 0.080))
+            next_char = body[index + 1] if index + 1 < len(body) else ""
+            pause = char == "\n" or (char in " (.,:=" and self.rng.random() < 0.3)
+            if shown and next_char and shown[:1] == next_char:
+                pause = True  # a suggestion is on screen and still right: the editor asks again
+            if not pause or not next_char:
+                continue
+            mode = decide_mode(typed, text[end:].split("\n", 1)[0], "python", automatic=True)
+            future, sent = self._ask(uri, line, character)
+            budget = self.rng.uniform(0.3, 0.7)
+            done, _ = await asyncio.wait({future}, timeout=budget)
+            sample = {"single_line": not mode.multi_line, "suppressed": mode.suppress}
+            if done:
+                sample["latency_ms"] = 1000 * (time.perf_counter() - sent)
+                result = future.result()
+                shown = result.items[0].insert_text if result.items else ""
+                await asyncio.sleep(max(0.0, budget - sample["latency_ms"] / 1000))
+            else:
+                shown = ""
+                sample["pending"] = future  # superseded by the next keystroke
+            self.samples.append(sample)
+        self.client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+
+
+async def run_bench(args: argparse.Namespace) -> dict:
+    trace_dir = Path(tempfile.mkdtemp(prefix="speclsp-bench-"))
+    trace_path = trace_dir / "trace.jsonl"
+    client = LanguageClient("speclsp-bench", "1")
+    await client.start_io(sys.executable, "-m", "lsp_server.cli", "serve")
+    ready = asyncio.Event()
+
+    @client.feature(types.WINDOW_LOG_MESSAGE)
+    def on_log(params: types.LogMessageParams) -> None:
+        if "models ready" in params.message or "model loading failed" in params.message:
+            ready.set()
+
+    await client.initialize_async(types.InitializeParams(
+        capabilities=types.ClientCapabilities(), initialization_options={
+            "drafter": args.drafter, "maxNewTokens": args.max_new_tokens, "traceFile": str(trace_path),
+            "indexEnabled": False}))
+    client.initialized(types.InitializedParams())
+    await asyncio.wait_for(ready.wait(), timeout=300)
+    rng = random.Random(args.seed)
+    typist = Typist(client, rng, 0.7)
+    functions = pick_functions(args.functions, args.seed)
+    for number, (name, text, start, end) in enumerate(functions, 1):
+        print(f"typing function {number}/{len(functions)} of {name} ({end - start} characters)", file=sys.stderr)
+        await typist.type_function(name, text, start, end)
+    pending = [s["pending"] for s in typist.samples if "pending" in s]
+    if pending:
+        await asyncio.wait(pending, timeout=30)
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+    records = {}
+    for line in trace_path.read_text().splitlines():
+        record = json.loads(line)
+        records[record["id"]] = record
+    return summarize(typist.samples, records, functions)
+
+
+def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
+    """Figures from the client's samples joined (in request order) with the server's trace records."""
+    ids = sorted(records)
+    latencies, single, overhead, hits, passes = [], [], [], [], []
+    cancelled = 0
+    for sample, request_id in zip(samples, ids):
+        record = records[request_id]
+        status = record["status"]
+        if "latency_ms" not in sample or status in ("superseded", "cancelled by client"):
+            cancelled += 1
+            continue
+        latency = sample["latency_ms"]
+        if status == "type-through cache hit":
+            hits.append(latency)
+            continue
+        if status != "ok":
+            continue
+        latencies.append(latency)
+        if sample["single_line"]:
+            single.append(latency)
+        model_ms = sum(record["ms"].get(k, 0.0) for k in ("prefill", "draft", "verify"))
+        overhead.append(latency - model_ms)
+        passes.append(record["tokens_per_pass"])
+    answered = len(samples) - cancelled
+    return {
+        "functions": [name for name, *_ in functions],
+        "requests": len(samples),
+        "latency_ms": {"p50": percentile(latencies, 50), "p95": percentile(latencies, 95),
+                       "p99": percentile(latencies, 99), "count": len(latencies)},
+        "single_line_latency_ms": {"p50": percentile(single, 50), "p95": percentile(single, 95), "count": len(single)},
+        "overhead_ms": {"p50": percentile(overhead, 50), "p95": percentile(overhead, 95)},
+        "cache_hit_ms": {"p50": percentile(hits, 50), "p95": percentile(hits, 95), "count": len(hits)},
+        "cache_hit_rate": round(len(hits) / answered, 4) if answered else 0.0,
+        "cancelled": cancelled,
+        "tokens_per_pass": round(statistics.fmean(passes), 3) if passes else None,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.quick:
+        args.functions = min(args.functions, 2)
+    result = asyncio.run(run_bench(args))
+    result.update(drafter=args.drafter, max_new_tokens=args.max_new_tokens, seed=args.seed, quick=args.quick)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    for key in ("requests", "latency_ms", "single_line_latency_ms", "overhead_ms", "cache_hit_ms",
+                "cache_hit_rate", "cancelled", "tokens_per_pass"):
+        print(f"{key:<24} {json.dumps(result[key])}")
+    return 0
+
+
+def add_parser(kinds) -> None:
+    lsp = kinds.add_parser("lsp", help="replay human typing through the server over stdio: latency, cache hits")
+    lsp.add_argument("--functions", type=int, default=8, help="held-out functions to type")
+    lsp.add_argument("--drafter", default="auto")
+    lsp.add_argument("--max-new-tokens", type=int, default=32)
+    lsp.add_argument("--seed", type=int, default=0)
+    lsp.add_argument("--quick", action="store_true", help="two functions")
+    lsp.add_argument("--out", type=Path, default=None, help="write DIR/results.json")
+    lsp.set_defaults(run=run)

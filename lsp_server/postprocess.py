@@ -1,0 +1,192 @@
+"""Post-processing: what to ask the model for, and how to trim what it wrote.
+
+Before generation (:func:`decide_mode`):
+
+* an *automatic* request with the cursor in a line's leading whitespace and code to its right gets
+  no suggestion: the user is indenting (shared case L7); an explicitly invoked request still completes;
+* code right of the cursor: complete the current line only;
+* an empty or blank line (cases L9, L10) or a cursor right after a block header (the last code token
+  before the cursor is ``:`` in Python or ``{`` in brace languages, comments skipped, found with
+  tree-sitter where there is a grammar): a multi-line completion;
+* otherwise the current line only.
+
+After generation (:func:`trim`):
+
+* single line: cut at the line break; a tail that repeats the text right of the cursor is dropped
+  (``def area(radius|):`` never gets ``):`` twice; ``{ ok:| }`` only the gap; case L6);
+* multi-line: cut at the end of the enclosing block (the first line indented less than the block, or
+  at top level the next definition after a blank line); a closing line of a brace block is kept only
+  if the document does not already close that block (tree-sitter decides); trailing lines that repeat
+  the lines already below the cursor are dropped (case L6); lines that add syntax errors at the end
+  are dropped (tree-sitter: the longest run of lines with the fewest errors in the window), as are a
+  last line cut off by the token limit and a last line that opens a block without its body.
+
+All text here is model text: ``\\n`` line breaks, ``str`` offsets in code points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lsp_server.syntax import INDENT_BLOCK_LANGUAGES, error_count, last_token_before, parser_for
+
+_CLOSERS = set(")]}>:;,.\"'`")
+_MAX_SYNTAX_TRIMS = 16  # parses per completion at most, for the error-based trimming
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What kind of completion to ask for at a cursor."""
+
+    multi_line: bool
+    suppress: bool = False  # no automatic suggestion here (L7)
+    reason: str = ""
+
+
+def _indent_width(line: str, tab_size: int = 4) -> int:
+    width = 0
+    for ch in line:
+        if ch == " ":
+            width += 1
+        elif ch == "\t":
+            width += tab_size - width % tab_size
+        else:
+            break
+    return width
+
+
+def decide_mode(prefix: str, line_suffix: str, language_id: str, automatic: bool) -> Mode:
+    """Single- or multi-line for a cursor with ``prefix`` (model text before it) and ``line_suffix``
+    (the text right of it on its line)."""
+    line_prefix = prefix[prefix.rfind("\n") + 1:]
+    code_right = bool(line_suffix.strip())
+    if code_right:
+        if automatic and not line_prefix.strip():
+            return Mode(False, suppress=True, reason="indenting")
+        return Mode(False, reason="code right of the cursor")
+    if not line_prefix.strip():
+        return Mode(True, reason="blank line")
+    if _after_block_header(prefix, language_id):
+        return Mode(True, reason="after a block header")
+    return Mode(False, reason="end of a line")
+
+
+def _after_block_header(prefix: str, language_id: str) -> bool:
+    opener = ":" if language_id in INDENT_BLOCK_LANGUAGES else "{"
+    parser = parser_for(language_id)
+    if parser is None:
+        return prefix.rstrip().endswith((":", "{"))
+    tail = prefix[-4000:]  # the header is near the cursor; parsing a window keeps this fast
+    return last_token_before(parser, tail, len(tail)) == opener
+
+
+@dataclass(frozen=True)
+class TrimContext:
+    """What :func:`trim` knows about the cursor."""
+
+    prefix: str  # model text before the cursor (the prompt's window of it is enough)
+    suffix: str  # model text after the cursor
+    language_id: str
+    mode: Mode
+    finish_reason: str = "stop"  # "length" when the token limit cut the text
+
+
+def trim(text: str, ctx: TrimContext) -> str:
+    """The part of the model's ``text`` worth inserting (see the module docstring)."""
+    line_suffix = ctx.suffix.split("\n", 1)[0]
+    if not ctx.mode.multi_line:
+        return _dedupe_line_suffix(text.split("\n", 1)[0].rstrip(), line_suffix)
+    lines = text.rstrip().split("\n")
+    if ctx.finish_reason == "length" and len(lines) > 1:
+        lines = lines[:-1]  # the token limit cut the last line
+    parser = parser_for(ctx.language_id)
+    lines = _cut_at_block_end(lines, ctx, parser)
+    lines = _drop_repeated_lines_below(lines, ctx.suffix)
+    if parser is not None:
+        lines = _drop_lines_adding_errors(lines, ctx, parser)
+    while len(lines) > 1 and lines[-1].rstrip().endswith((":", "{")):
+        lines = lines[:-1]  # a header whose block the completion never wrote
+    return "\n".join(lines).rstrip()
+
+
+def _dedupe_line_suffix(completion: str, line_suffix: str) -> str:
+    """Drop a tail of ``completion`` that the text right of the cursor already holds (case L6)."""
+    right = line_suffix.rstrip()
+    if not right or not completion:
+        return completion
+    if completion.endswith(right):
+        return completion[: -len(right)].rstrip() if right.strip() else completion
+    for size in range(min(len(right), len(completion)), 0, -1):
+        head = right[:size]
+        if head.strip() and all(ch in _CLOSERS or ch.isspace() for ch in head) and completion.endswith(head):
+            return completion[:-size]
+    return completion
+
+
+def _cut_at_block_end(lines: list[str], ctx: TrimContext, parser) -> list[str]:
+    line_prefix = ctx.prefix[ctx.prefix.rfind("\n") + 1:]
+    if line_prefix.strip():  # after a header on the cursor's line: the block is deeper than that line
+        block_min = _indent_width(line_prefix) + 1
+    elif lines[0].strip():  # on a blank line: the block is as deep as the first line written
+        block_min = _indent_width(line_prefix + lines[0])
+    else:
+        first_code = next((line for line in lines[1:] if line.strip()), line_prefix)
+        block_min = _indent_width(first_code)
+    top_level = block_min == 0
+    indent_blocks = ctx.language_id in INDENT_BLOCK_LANGUAGES
+    kept = [lines[0]]
+    seen_code = bool(lines[0].strip())
+    for index, line in enumerate(lines[1:], start=1):
+        if not line.strip():
+            kept.append(line)
+            continue
+        width = _indent_width(line)
+        if width < block_min:
+            closer = line.strip()
+            if not indent_blocks and closer[:1] in ")]}" and _closer_needed(kept, line, ctx, parser):
+                kept.append(line)
+            break
+        if top_level and seen_code and width == 0 and not kept[-1].strip():
+            break  # a new top-level definition after a blank line
+        kept.append(line)
+        seen_code = True
+    while len(kept) > 1 and not kept[-1].strip():
+        kept.pop()
+    return kept
+
+
+def _closer_needed(kept: list[str], closer_line: str, ctx: TrimContext, parser) -> bool:
+    """Whether a closing line belongs in the completion: the document does not close the block itself."""
+    without = "\n".join(kept)
+    with_closer = without + "\n" + closer_line
+    if parser is None:
+        return not ctx.suffix.strip()
+    return (error_count(parser, ctx.prefix + with_closer + ctx.suffix)
+            < error_count(parser, ctx.prefix + without + ctx.suffix))
+
+
+def _drop_repeated_lines_below(lines: list[str], suffix: str) -> list[str]:
+    """Drop trailing lines equal (stripped) to the first non-blank lines below the cursor (case L6)."""
+    below = [line.strip() for line in suffix.split("\n")[1:] if line.strip()][: len(lines)]
+    for size in range(min(len(below), len(lines) - 1), 0, -1):
+        tail = [line.strip() for line in lines[-size:]]
+        if tail == below[:size]:
+            return lines[:-size]
+    return lines
+
+
+def _drop_lines_adding_errors(lines: list[str], ctx: TrimContext, parser) -> list[str]:
+    """The longest prefix of ``lines`` (whole lines, at least one) with the fewest syntax errors in the
+    window around the cursor: trailing lines that open what they never close, or break what follows,
+    go. At most ``_MAX_SYNTAX_TRIMS`` parses (the longest candidates)."""
+    prefix, suffix = ctx.prefix[-6000:], ctx.suffix[:3000]
+    best_count, best_size = None, len(lines)
+    for size in range(len(lines), max(0, len(lines) - _MAX_SYNTAX_TRIMS), -1):
+        if size < len(lines) and not lines[size - 1].strip():
+            continue
+        count = error_count(parser, prefix + "\n".join(lines[:size]) + suffix)
+        if best_count is None or count < best_count:
+            best_count, best_size = count, size
+        if count == 0:
+            break
+    return lines[:best_size]

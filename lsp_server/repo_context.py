@@ -1,0 +1,91 @@
+"""Cross-file context: which other files' text goes into the prompt and into the n-gram drafter.
+
+Candidates come in order of likely use: the other open buffers, most recently edited or opened
+first, then indexed repository files. Each is scored by Jaccard similarity between its identifier
+set and that of the text around the cursor (the approach of "jaccard snippets" in editor completion
+tools), and from the best files the best window of lines is kept as a snippet, within a character
+budget. The same files, whole, become n-gram draft sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lsp_server.repo_index import RepoIndex, identifiers
+
+WINDOW_LINES = 30  # lines per snippet window
+WINDOW_STRIDE = 15
+RECENT_BUFFERS = 3  # recent open buffers always considered first
+MAX_REPO_FILES = 4  # repository files taken as snippets / draft sources at most
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Another file's text: an open buffer or an indexed file."""
+
+    uri: str
+    label: str  # path as shown to the model (relative to the workspace folder when known)
+    text: str
+    version: int  # buffer version or file mtime: a change makes a new n-gram index
+
+
+@dataclass(frozen=True)
+class Snippet:
+    label: str
+    text: str
+    score: float
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+def best_window(text: str, query: frozenset[str]) -> tuple[float, str]:
+    """The most similar window of ``WINDOW_LINES`` lines of ``text`` and its score."""
+    lines = text.split("\n")
+    best = (0.0, "")
+    for start in range(0, max(1, len(lines) - WINDOW_LINES + WINDOW_STRIDE), WINDOW_STRIDE):
+        window = "\n".join(lines[start:start + WINDOW_LINES])
+        score = jaccard(identifiers(window), query)
+        if score > best[0]:
+            best = (score, window)
+    return best
+
+
+def candidates(recent_buffers: list[Candidate], index: RepoIndex | None, query: frozenset[str],
+               open_paths: set[Path]) -> list[Candidate]:
+    """Recent buffers first, then the repository files most similar to ``query`` (not open ones:
+    an open buffer's text takes precedence over the disk)."""
+    chosen = list(recent_buffers)
+    if index is not None:
+        scored = []
+        for entry in index.entries():
+            if entry.path in open_paths:
+                continue
+            score = jaccard(entry.identifiers, query)
+            if score > 0:
+                scored.append((score, entry))
+        scored.sort(key=lambda item: -item[0])
+        for _, entry in scored[:MAX_REPO_FILES]:
+            chosen.append(Candidate(entry.path.as_uri(), index.relative(entry.path), entry.text, entry.mtime_ns))
+    return chosen
+
+
+def select_snippets(pool: list[Candidate], query: frozenset[str], budget_chars: int) -> list[Snippet]:
+    """Best windows of the candidates, best first, until ``budget_chars`` is used."""
+    if budget_chars <= 0:
+        return []
+    windows = []
+    for candidate in pool:
+        score, window = best_window(candidate.text, query)
+        if score > 0 and window.strip():
+            windows.append(Snippet(candidate.label, window, score))
+    windows.sort(key=lambda s: -s.score)
+    out, used = [], 0
+    for snippet in windows:
+        if used + len(snippet.text) > budget_chars:
+            continue
+        out.append(snippet)
+        used += len(snippet.text)
+    return out

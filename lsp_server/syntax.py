@@ -1,0 +1,101 @@
+"""Syntax trees for post-processing: tree-sitter grammars from their PyPI packages, by LSP language id.
+
+Only what post-processing asks of a tree lives here: how many syntax errors a text has, and the last
+code token before an offset (comments skipped). Languages without a grammar get ``None`` from
+:func:`parser_for`, and callers fall back to line-based rules.
+
+Offsets are code points into a ``str``; tree-sitter counts bytes of UTF-8, so this module converts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from functools import lru_cache
+
+from tree_sitter import Language, Node, Parser
+
+log = logging.getLogger(__name__)
+
+# LSP languageId -> (module, function returning the grammar)
+_GRAMMARS = {
+    "python": ("tree_sitter_python", "language"),
+    "javascript": ("tree_sitter_javascript", "language"),
+    "javascriptreact": ("tree_sitter_javascript", "language"),
+    "typescript": ("tree_sitter_typescript", "language_typescript"),
+    "typescriptreact": ("tree_sitter_typescript", "language_tsx"),
+    "go": ("tree_sitter_go", "language"),
+    "rust": ("tree_sitter_rust", "language"),
+    "java": ("tree_sitter_java", "language"),
+    "c": ("tree_sitter_c", "language"),
+    "cpp": ("tree_sitter_cpp", "language"),
+}
+
+#: Languages whose blocks are delimited by indentation rather than braces.
+INDENT_BLOCK_LANGUAGES = frozenset({"python"})
+
+_COMMENT_TYPES = frozenset({"comment", "line_comment", "block_comment"})
+
+
+def supported_languages() -> list[str]:
+    """LSP language ids with a tree-sitter grammar."""
+    return sorted(_GRAMMARS)
+
+
+@lru_cache(maxsize=None)
+def _language(language_id: str) -> Language | None:
+    spec = _GRAMMARS.get(language_id)
+    if spec is None:
+        return None
+    try:
+        return Language(getattr(importlib.import_module(spec[0]), spec[1])())
+    except (ImportError, AttributeError, ValueError) as exc:  # a missing or incompatible grammar package
+        log.warning("no tree-sitter grammar for %s: %s", language_id, exc)
+        return None
+
+
+def parser_for(language_id: str) -> Parser | None:
+    """A parser for an LSP language id, or ``None`` when there is no grammar for it."""
+    language = _language(language_id)
+    return Parser(language) if language is not None else None
+
+
+def error_count(parser: Parser, text: str) -> int:
+    """Number of ERROR and MISSING nodes in ``text``'s tree (0 for well-formed code)."""
+    tree = parser.parse(text.encode("utf-8"))
+    count = 0
+    stack = [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            count += 1
+        if node.has_error:
+            stack.extend(node.children)
+    return count
+
+
+def _last_leaf_before(node: Node, byte_offset: int) -> Node | None:
+    best = None
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current.start_byte >= byte_offset:
+            continue
+        if current.child_count == 0 or current.type in _COMMENT_TYPES:
+            real = not current.is_missing and current.end_byte > current.start_byte
+            if real and current.type not in _COMMENT_TYPES and current.end_byte <= byte_offset and (
+                    best is None or current.end_byte > best.end_byte):
+                best = current
+            continue
+        stack.extend(current.children)
+    return best
+
+
+def last_token_before(parser: Parser, text: str, offset: int) -> str | None:
+    """Text of the last code token (not a comment) that ends at or before ``offset`` code points."""
+    data = text.encode("utf-8")
+    byte_offset = len(text[:offset].encode("utf-8"))
+    leaf = _last_leaf_before(parser.parse(data).root_node, byte_offset)
+    if leaf is None:
+        return None
+    return data[leaf.start_byte:leaf.end_byte].decode("utf-8", errors="replace")

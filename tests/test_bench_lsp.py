@@ -1,0 +1,59 @@
+"""``speclsp bench lsp``: the report's structure on a tiny run (not its speed), and the figures'
+arithmetic on hand-made samples."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from lsp_server.bench_lsp import percentile, pick_functions, summarize
+
+
+def test_summary_joins_client_samples_with_server_records_in_request_order():
+    samples = [
+        {"latency_ms": 120.0, "single_line": True},
+        {"latency_ms": 2.0, "single_line": True},
+        {"single_line": False, "pending": None},  # superseded by typing
+        {"latency_ms": 300.0, "single_line": False},
+    ]
+    records = {
+        1: {"id": 1, "status": "ok", "ms": {"prefill": 50.0, "draft": 10.0, "verify": 57.0}, "tokens_per_pass": 2.0},
+        2: {"id": 2, "status": "type-through cache hit", "ms": {"total": 0.3}},
+        3: {"id": 3, "status": "superseded"},
+        4: {"id": 4, "status": "ok", "ms": {"prefill": 100.0, "draft": 50.0, "verify": 140.0}, "tokens_per_pass": 4.0},
+    }
+    result = summarize(samples, records, [("json/x.py", "", 0, 0)])
+    assert result["requests"] == 4 and result["cancelled"] == 1
+    assert result["latency_ms"]["count"] == 2 and result["single_line_latency_ms"]["p50"] == 120.0
+    assert result["overhead_ms"]["p50"] in (3.0, 10.0)
+    assert result["cache_hit_ms"]["p50"] == 2.0 and result["cache_hit_rate"] == round(1 / 3, 4)
+    assert result["tokens_per_pass"] == 3.0
+
+
+def test_percentile():
+    assert percentile([], 50) is None
+    assert percentile([5.0], 99) == 5.0
+    assert percentile([float(v) for v in range(1, 101)], 50) == 51.0
+    assert percentile([float(v) for v in range(1, 101)], 95) == 95.0
+
+
+def test_functions_come_from_held_out_files():
+    picked = pick_functions(3, seed=0)
+    assert len(picked) == 3
+    for name, text, start, end in picked:
+        assert name.split("/")[0] in ("json", "email")
+        assert text[start:].startswith("def ") and 3 <= text[start:end].count("\n") + 1 <= 25
+
+
+def test_bench_lsp_writes_results_json(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "lsp_server.cli", "bench", "lsp", "--functions", "1", "--max-new-tokens", "4",
+         "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "results.json").read_text())
+    for key in ("latency_ms", "overhead_ms", "cache_hit_ms", "cache_hit_rate", "cancelled", "tokens_per_pass"):
+        assert key in result
+    assert set(result["latency_ms"]) >= {"p50", "p95", "p99"} and set(result["overhead_ms"]) >= {"p50", "p95"}
+    assert "p50" in result["cache_hit_ms"] and result["requests"] >= 1
+    assert "latency_ms" in done.stdout  # the table on stdout

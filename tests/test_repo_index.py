@@ -1,0 +1,187 @@
+"""The repository index (.gitignore, defaults, secrets, binary/huge/undecodable files, budget), its
+watchdog watcher, cross-file snippet selection and the repository-level prompt."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+
+from lsp_server.context import ContextBudget, build_context
+from lsp_server.documents import Document
+from lsp_server.file_watch import IndexWatcher
+from lsp_server.positions import codec_for
+from lsp_server.repo_context import Candidate, candidates, select_snippets
+from lsp_server.repo_index import IndexConfig, RepoIndex, identifiers, is_secret
+
+
+def write(root: Path, relative: str, data: str | bytes) -> Path:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+    return path
+
+
+@pytest.fixture()
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    write(root, "app/main.py", "def main():\n    return helper_value()\n")
+    write(root, "app/util.py", "def helper_value():\n    return 42\r\n")
+    write(root, "README.md", "# proj\n")
+    write(root, ".gitignore", "generated/\n*.log\n")
+    write(root, "generated/out.py", "x = 1\n")
+    write(root, "debug.log", "log line\n")
+    write(root, "lib/.gitignore", "local_only.py\n")
+    write(root, "lib/local_only.py", "y = 2\n")
+    write(root, "lib/shared.py", "z = 3\n")
+    write(root, "node_modules/pkg/index.js", "module.exports = 1;\n")
+    write(root, ".venv/lib/site.py", "import os\n")
+    write(root, ".git/config", "[core]\n")
+    write(root, "image.png", b"\x89PNG\r\n\x1a\n\0\0\0")
+    write(root, "latin1.py", "caf\xe9 = 1\n".encode("latin-1"))
+    write(root, "huge.py", "a = 1\n" * 400)  # 2400 bytes: over the test's limit
+    for secret in (".env", ".env.local", "id_rsa", "keys/server.pem", "deploy.key", "credentials.json",
+                   ".ssh/config", "config/secrets.yaml", ".npmrc"):
+        write(root, secret, "TOKEN=hunter2\n")
+    return root
+
+
+def indexed(index: RepoIndex) -> set[str]:
+    return {index.relative(p) for p in index.paths()}
+
+
+def test_scan_respects_gitignore_defaults_secrets_and_text_only(workspace):
+    index = RepoIndex([workspace], IndexConfig(max_file_bytes=2000))
+    index.scan()
+    assert indexed(index) == {"app/main.py", "app/util.py", "README.md", ".gitignore", "lib/.gitignore",
+                              "lib/shared.py"}
+    assert index.text(workspace / "app/util.py") == "def helper_value():\n    return 42\n"  # \n line breaks
+    assert index.skipped["binary"] == 1 and index.skipped["undecodable"] == 1 and index.skipped["large"] == 1
+    assert index.skipped["secret"] >= 7
+    assert not any("hunter2" in entry.text for entry in index.entries())
+
+
+@pytest.mark.parametrize("path", [".env", ".env.production", "a/b/.env", "id_rsa", "id_ed25519.pub", "x/server.pem",
+                                  "tls.key", "credentials.json", ".aws/credentials", ".ssh/known_hosts",
+                                  "client_secret_123.json", ".git-credentials"])
+def test_secret_looking_paths(path):
+    assert is_secret(path)
+
+
+@pytest.mark.parametrize("path", ["src/env.py", "keyboard.py", "docs/secrets_handling.md", "tokenizer.py"])
+def test_ordinary_paths_are_not_secret(path):
+    assert not is_secret(path)
+
+
+def test_secrets_stay_out_even_when_included(workspace):
+    index = RepoIndex([workspace], IndexConfig(include=("*",), exclude=("README.md",)))
+    index.scan()
+    files = indexed(index)
+    assert ".env" not in files and "id_rsa" not in files and "README.md" not in files
+    only_py = RepoIndex([workspace], IndexConfig(include=("*.py",)))
+    only_py.scan()
+    assert indexed(only_py) == {"app/main.py", "app/util.py", "lib/shared.py", "huge.py"}
+
+
+def test_token_budget_drops_the_least_recently_modified(workspace):
+    index = RepoIndex([workspace], IndexConfig(include=("app/*.py",), max_tokens=12))
+    old, new = workspace / "app/main.py", workspace / "app/util.py"
+    os.utime(old, ns=(1_000_000_000, 1_000_000_000))
+    index.scan()
+    assert indexed(index) == {"app/util.py"} and index.tokens <= 12
+    assert new.exists() and index.text(old) is None
+
+
+def test_updates_removals_moves_and_gitignore_changes(workspace):
+    index = RepoIndex([workspace])
+    index.scan()
+    path = write(workspace, "app/new.py", "fresh = True\n")
+    assert index.update(path) and index.text(path) == "fresh = True\n"
+    path.write_text("fresh = False\n")
+    index.update(path)
+    assert index.text(path) == "fresh = False\n"
+    moved = workspace / "app/moved.py"
+    path.rename(moved)
+    index.move(path, moved)
+    assert index.text(path) is None and index.text(moved) == "fresh = False\n"
+    moved.unlink()
+    index.remove(moved)
+    assert index.text(moved) is None
+    write(workspace, ".gitignore", "generated/\n*.log\napp/\n")
+    index.update(workspace / ".gitignore")
+    assert not index.update(workspace / "app/main.py")
+    assert index.text(workspace / "app/main.py") is None
+
+
+def wait_until(predicate, timeout: float = 1.0) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(0.01)
+    raise AssertionError("not within the time limit")
+
+
+def test_watcher_picks_up_disk_changes_within_a_second(workspace):
+    index = RepoIndex([workspace])
+    index.scan()
+    changed: list[Path] = []
+    watcher = IndexWatcher(index, changed.append)
+    watcher.start()
+    try:
+        time.sleep(0.2)  # the observer is running
+        created = write(workspace, "app/created.py", "created = 1\n")
+        wait_until(lambda: index.text(created) == "created = 1\n")
+        created.write_text("created = 2\n")
+        wait_until(lambda: index.text(created) == "created = 2\n")
+        target = workspace / "app/renamed.py"
+        created.rename(target)
+        wait_until(lambda: index.text(created) is None and index.text(target) == "created = 2\n")
+        target.unlink()
+        wait_until(lambda: index.text(target) is None)
+        write(workspace, ".env", "SECRET=2\n")
+        write(workspace, "node_modules/x.js", "x\n")
+        time.sleep(0.3)
+        assert ".env" not in indexed(index) and "node_modules/x.js" not in indexed(index)
+        assert any(p.name == "renamed.py" for p in changed)
+    finally:
+        watcher.stop()
+
+
+def test_snippets_prefer_similar_text_and_open_buffers_take_precedence(workspace):
+    index = RepoIndex([workspace])
+    index.scan()
+    query = identifiers("value = helper_value()\nprint(value)")
+    open_buffer = Candidate("file:///open.py", "open.py", "def unrelated():\n    pass\n", 1)
+    pool = candidates([open_buffer], index, query, open_paths=set())
+    assert pool[0] is open_buffer and any(c.label == "app/util.py" for c in pool)
+    snippets = select_snippets(pool, query, budget_chars=10_000)
+    assert snippets and snippets[0].label in ("app/util.py", "app/main.py")
+    assert all(s.label != "open.py" for s in snippets)  # no shared identifiers: not a snippet
+    pool = candidates([], index, query, open_paths={workspace / "app/util.py"})
+    assert all(c.label != "app/util.py" for c in pool)  # open: the buffer's text, not the disk's
+    assert select_snippets(pool, query, budget_chars=5) == []
+
+
+def test_repository_prompt_format_and_budget():
+    from transformers import AutoTokenizer
+
+    from decoding.starter import TARGET_DIR
+    from lsp_server.repo_context import Snippet
+
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_DIR, local_files_only=True)
+    document = Document("file:///proj/app/main.py", "def main():\n    return \n", 1, "python")
+    snippets = [Snippet("app/util.py", "def helper_value():\n    return 42", 0.5),
+                Snippet("lib/big.py", "x = 1\n" * 400, 0.4)]
+    context = build_context(document, types.Position(line=1, character=11), codec_for("utf-16"), tokenizer,
+                            ContextBudget(extra_tokens=64), snippets, ("proj", "app/main.py"))
+    text = tokenizer.decode(context.prompt_ids)
+    assert text.startswith("<|repo_name|>proj\n<|file_sep|>app/util.py\ndef helper_value():\n    return 42\n"
+                           "<|file_sep|>app/main.py\n<|fim_prefix|>def main():")
+    assert "lib/big.py" not in text and context.snippets == ("app/util.py",)  # over the budget
+    plain = build_context(document, types.Position(line=1, character=11), codec_for("utf-16"), tokenizer,
+                          ContextBudget(), snippets, None)
+    assert tokenizer.decode(plain.prompt_ids).startswith("<|fim_prefix|>")
