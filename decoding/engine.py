@@ -31,7 +31,8 @@ from decoding.loading import (
 
 log = logging.getLogger(__name__)
 
-DRAFTER_MODES = ("auto", "ngram", "model", "none")
+DRAFTER_MODES = ("auto", "ngram", "tree", "model", "none")
+TREE_CANDIDATES = 4  # distinct n-gram continuations verified together in "tree" mode
 
 #: FIM and repository special tokens (Qwen2.5-Coder names) that end a fill-in-the-middle answer.
 FIM_STOP_TOKENS = ("<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
@@ -102,7 +103,8 @@ class Engine:
         self._sources.pop(name, None)
 
     def drafter(self, mode: str, sources: dict[str, NgramIndex] | None = None) -> Drafter | None:
-        """The drafter for ``mode``: ``auto`` (n-gram, then the draft model), ``ngram``, ``model`` or ``none``.
+        """The drafter for ``mode``: ``auto`` (n-gram, then the draft model), ``ngram``, ``tree`` (n-gram
+        candidate trees), ``model`` or ``none``.
 
         Raises:
             ValueError: an unknown mode, or ``model`` without a draft model loaded.
@@ -114,6 +116,8 @@ class Engine:
         ngram = NgramDrafter(self.config.ngram, sources)
         if mode == "ngram":
             return AdaptiveDrafter([ngram], self.policy)
+        if mode == "tree":
+            return AdaptiveDrafter([NgramDrafter(self.config.ngram, sources, max_candidates=TREE_CANDIDATES)], self.policy)
         if self.model_drafter is None:
             if mode == "model":
                 raise ValueError("drafter 'model' needs a draft model; none is loaded (draft model 'none')")

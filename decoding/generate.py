@@ -26,7 +26,8 @@ from decoding.drafters.base import DraftContext, Drafter
 from decoding.kv_cache import KVCacheState
 from decoding.sampling import SamplingParams, processed_probs
 from decoding.stats import GenerationStats
-from decoding.verify import greedy_verify, speculative_verify
+from decoding.tree import DraftTree, tree_attention, tree_verify
+from decoding.verify import VerifyResult, greedy_verify, speculative_verify
 
 FINISH_STOP = "stop"  # a stop token or stop string ended the output
 FINISH_LENGTH = "length"  # max_new_tokens reached
@@ -135,6 +136,23 @@ class SpeculativeGenerator:
         return generator
 
     @torch.inference_mode()
+    def _verify_tree(self, root_token: int, tree: DraftTree, config: GenerationConfig,
+                     generator: torch.Generator | None) -> tuple[VerifyResult, list[int]]:
+        """One target pass over a candidate tree; keeps the accepted branch in the cache.
+
+        Returns the result (``num_accepted`` = branch length) and the accepted branch's tokens.
+        """
+        cached_before = len(self.state)
+        dtype = self.state.model.dtype
+        mask, positions = tree_attention(tree, cached_before, dtype, self.state.model.device)
+        target_logits = self.state.forward([root_token, *tree.tokens], attention_mask=mask,
+                                           position_ids=positions).float()  # (T + 1, V)
+        target_probs = None if config.sampling.greedy else processed_probs(target_logits, config.sampling)
+        outcome = tree_verify(target_logits, target_probs, tree, generator)
+        # Rollback invariant: the cache holds the committed tokens minus the last (root + branch).
+        self.state.keep(cached_before + 1, [cached_before + 1 + node for node in outcome.path])
+        return VerifyResult(len(outcome.path), outcome.next_token), [tree.tokens[n] for n in outcome.path]
+
     def generate(
         self,
         prompt_ids: list[int],
@@ -189,19 +207,25 @@ class SpeculativeGenerator:
                 verify_ms = self._verify_ms if config.seed is None else 0.0
                 draft = drafter.propose(DraftContext(committed, budget, config.sampling, generator, verify_ms))
                 stats.ms["draft"] += 1000 * (time.perf_counter() - t0)
-            draft_tokens = draft.tokens[:budget] if draft is not None else []
+            tree = draft.tree if draft is not None else None
+            draft_tokens = draft.tokens[:budget] if draft is not None and tree is None else []
 
             t0 = time.perf_counter()
             cached_before = len(self.state)  # == len(committed) - 1
-            target_logits = self.state.forward([committed[-1], *draft_tokens]).float()  # (k + 1, V)
-            if config.sampling.greedy:
-                result = greedy_verify(target_logits, draft_tokens)
+            if tree is not None:
+                result, draft_tokens = self._verify_tree(committed[-1], tree, config, generator)
+                drafted = len(tree)
             else:
-                target_probs = processed_probs(target_logits, config.sampling)  # (k + 1, V)
-                draft_probs = draft.draft_probs[: len(draft_tokens)] if draft is not None and draft.draft_probs is not None else None
-                result = speculative_verify(target_probs, draft_tokens, draft_probs, generator)
-            # Rollback invariant: the cache holds the committed tokens minus the last.
-            self.state.rollback(cached_before + 1 + result.num_accepted)
+                target_logits = self.state.forward([committed[-1], *draft_tokens]).float()  # (k + 1, V)
+                if config.sampling.greedy:
+                    result = greedy_verify(target_logits, draft_tokens)
+                else:
+                    target_probs = processed_probs(target_logits, config.sampling)  # (k + 1, V)
+                    draft_probs = draft.draft_probs[: len(draft_tokens)] if draft is not None and draft.draft_probs is not None else None
+                    result = speculative_verify(target_probs, draft_tokens, draft_probs, generator)
+                # Rollback invariant: the cache holds the committed tokens minus the last.
+                self.state.rollback(cached_before + 1 + result.num_accepted)
+                drafted = len(draft_tokens)
             elapsed = 1000 * (time.perf_counter() - t0)
             stats.ms["verify"] += elapsed
             stats.target_passes += 1
@@ -217,7 +241,7 @@ class SpeculativeGenerator:
             if draft is not None:
                 # Stats count what was committed; the drafter learns what the target accepted, even
                 # where a stop cut the round short (that is no rejection).
-                stats.record_draft(draft.source, len(draft_tokens), min(result.num_accepted, num_committed))
+                stats.record_draft(draft.source, drafted, min(result.num_accepted, num_committed))
                 drafter.observe(draft, result.num_accepted)
 
         # Nothing past the output stays cached: keep at most the committed tokens minus the last.

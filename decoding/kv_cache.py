@@ -75,13 +75,37 @@ class KVCacheState:
         self.rollback(keep)
         return token_ids[keep:]
 
+    def keep(self, prefix: int, extra: list[int]) -> None:
+        """Keep the first ``prefix`` cached positions and then the positions ``extra`` (ascending
+        indices into the cache), dropping the rest: the accepted branch of a verified tree.
+
+        Raises:
+            ValueError: if an index is out of range or not ascending past ``prefix``.
+        """
+        held = len(self.token_ids)
+        if not 0 <= prefix <= held or any(not prefix <= i < held for i in extra) or extra != sorted(set(extra)):
+            raise ValueError(f"cannot keep {prefix} + {extra} of a cache holding {held}")
+        if extra == list(range(prefix, prefix + len(extra))):
+            self.rollback(prefix + len(extra))  # a plain prefix: crop
+            return
+        index = torch.tensor([*range(prefix), *extra], device=self.model.device)
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(-2, index)
+            layer.values = layer.values.index_select(-2, index)
+        self.token_ids = self.token_ids[:prefix] + [self.token_ids[i] for i in extra]
+        self._check()
+
     @torch.inference_mode()
-    def forward(self, new_ids: list[int], logits_to_keep: int = 0) -> torch.Tensor:
+    def forward(self, new_ids: list[int], logits_to_keep: int = 0, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Feed ``new_ids`` after the cached tokens and return their logits.
 
         Args:
             new_ids: token ids to append (at least one).
             logits_to_keep: 0 for the logits of every new position, n for the last n only.
+            attention_mask: optional ``(1, 1, n, cached + n)`` additive mask (a candidate tree's);
+                default: causal.
+            position_ids: optional ``(1, n)`` positions to go with ``attention_mask``.
         Returns:
             ``(n, V)`` logits in the model's dtype on the model's device.
         """
@@ -89,7 +113,9 @@ class KVCacheState:
             raise ValueError("forward needs at least one new token")
         input_ids = torch.tensor([new_ids], device=self.model.device)  # (1, n)
         try:
-            out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+            extra = {} if attention_mask is None else {"attention_mask": attention_mask, "position_ids": position_ids}
+            out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep,
+                             **extra)
         except BaseException:
             # Layers before the failing one already appended the new positions: start over empty
             # rather than keep a cache that disagrees with token_ids.

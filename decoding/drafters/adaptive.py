@@ -56,5 +56,6 @@ class AdaptiveDrafter:
             return
         drafter = self._last[1]
         self._last = None
-        self.policy.update(drafter.name, len(draft.tokens), num_accepted)
+        drafted = max(draft.tree.depths()) if draft.tree is not None else len(draft.tokens)  # a tree: its depth
+        self.policy.update(drafter.name, drafted, num_accepted)
         drafter.observe(draft, num_accepted)

@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from decoding.sampling import SamplingParams
+from decoding.tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Draft:
     tokens: list[int]  # k new token ids, k <= max_tokens
     draft_probs: torch.Tensor | None  # (k, V) float32 distributions sampled from, or None if deterministic
     source: str  # which drafter (and source) proposed it, for per-source stats
+    tree: DraftTree | None = None  # several deterministic candidates as a trie; then tokens == tree.tokens
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from decoding.drafters.base import Draft, DraftContext
+from decoding.tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -31,16 +32,20 @@ class NgramConfig:
 
 
 class NgramIndex:
-    """n-grams of one token sequence -> position right after their most recent occurrence.
+    """n-grams of one token sequence -> positions right after their most recent occurrences.
 
-    Only n-grams followed by at least one token are indexed, so the sequence's own suffix never
-    matches itself.
+    Each n-gram keeps up to ``MAX_POSITIONS`` continuation positions with distinct next tokens, most
+    recent first, so a lookup can offer several different continuations (a candidate tree) at a cost
+    that does not grow with the sequence. Only n-grams followed by at least one token are indexed,
+    so the sequence's own suffix never matches itself.
     """
+
+    MAX_POSITIONS = 4
 
     def __init__(self, config: NgramConfig, tokens: Sequence[int] = ()):
         self.config = config
         self.tokens: list[int] = []
-        self.next_position: dict[tuple[int, ...], int] = {}
+        self.next_positions: dict[tuple[int, ...], list[int]] = {}
         self.extend(tokens)
 
     def extend(self, new_tokens: Sequence[int]) -> None:
@@ -48,17 +53,33 @@ class NgramIndex:
         for token in new_tokens:
             end = len(self.tokens)  # the appended token continues the n-grams ending here
             for n in range(self.config.min_ngram, min(self.config.max_ngram, end) + 1):
-                self.next_position[tuple(self.tokens[end - n : end])] = end
+                key = tuple(self.tokens[end - n : end])
+                positions = self.next_positions.get(key)
+                if positions is None:
+                    self.next_positions[key] = [end]
+                    continue
+                # Most recent first; one position per distinct next token.
+                positions[:] = [end] + [p for p in positions if self.tokens[p] != token][: self.MAX_POSITIONS - 1]
             self.tokens.append(token)
 
     def lookup(self, suffix: Sequence[int]) -> tuple[int, int] | None:
-        """The longest n-gram ending ``suffix`` found here, as ``(n, continuation position)``."""
+        """The longest n-gram ending ``suffix`` found here, as ``(n, continuation position)`` of its
+        most recent occurrence."""
+        found = self.lookup_all(suffix)
+        return (found[0], found[1][0]) if found else None
+
+    def lookup_all(self, suffix: Sequence[int]) -> tuple[int, list[int]] | None:
+        """The longest n-gram ending ``suffix`` found here and its continuation positions (distinct
+        next tokens, most recent first)."""
+        return next(self.matches(suffix), None)
+
+    def matches(self, suffix: Sequence[int]):
+        """``(n, positions)`` for every n-gram length that ends ``suffix`` and occurs here, longest first."""
         top = min(self.config.max_ngram, len(suffix))
         for n in range(top, self.config.min_ngram - 1, -1):
-            position = self.next_position.get(tuple(suffix[len(suffix) - n :]))
-            if position is not None:
-                return n, position
-        return None
+            positions = self.next_positions.get(tuple(suffix[len(suffix) - n :]))
+            if positions:
+                yield n, positions
 
 
 class NgramDrafter:
@@ -74,8 +95,11 @@ class NgramDrafter:
     name = "ngram"
 
     def __init__(self, config: NgramConfig | None = None,
-                 sources: dict[str, Sequence[int] | NgramIndex] | None = None):
+                 sources: dict[str, Sequence[int] | NgramIndex] | None = None,
+                 max_candidates: int = 1, max_tree_nodes: int = 32):
         self.config = config or NgramConfig()
+        self.max_candidates = max_candidates  # > 1: propose a tree of distinct continuations
+        self.max_tree_nodes = max_tree_nodes
         self.sources = {
             name: tokens if isinstance(tokens, NgramIndex) and tokens.config == self.config
             else NgramIndex(self.config, tokens.tokens if isinstance(tokens, NgramIndex) else tokens)
@@ -105,7 +129,31 @@ class NgramDrafter:
             return None
         _, source_name, index, position = best
         tokens = index.tokens[position : position + context.max_tokens]
+        if self.max_candidates > 1:
+            tree = self._tree(suffix, context.max_tokens)
+            if tree is not None and not tree.chain():
+                return Draft(tokens=list(tree.tokens), draft_probs=None, source=f"ngram-tree:{source_name}", tree=tree)
         return Draft(tokens=tokens, draft_probs=None, source=f"ngram:{source_name}") if tokens else None
+
+    def _tree(self, suffix: list[int], depth: int) -> DraftTree | None:
+        """Up to ``max_candidates`` continuations with distinct first tokens, best first (longer
+        match, then the committed tokens before other sources, then more recent), as a trie."""
+        matches = []
+        for order, index in enumerate((self._context, *self.sources.values())):
+            for n, positions in index.matches(suffix):
+                matches.append((-n, order, index, positions))
+        matches.sort(key=lambda m: (m[0], m[1]))
+        candidates: list[list[int]] = []
+        first_tokens: set[int] = set()
+        for _, _, index, positions in matches:
+            for position in positions:
+                candidate = index.tokens[position : position + depth]
+                if candidate and candidate[0] not in first_tokens:
+                    first_tokens.add(candidate[0])
+                    candidates.append(candidate)
+                if len(candidates) >= self.max_candidates:
+                    return DraftTree.from_candidates(candidates, self.max_tree_nodes)
+        return DraftTree.from_candidates(candidates, self.max_tree_nodes) if candidates else None
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
         """N-gram lookup keeps no learned state; acceptance is counted by the generation stats."""
