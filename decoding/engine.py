@@ -99,8 +99,10 @@ class Engine:
         return index
 
     def forget_source(self, name: str) -> None:
-        """Drop a source's index (e.g. its buffer was closed): it never proposes its old text again."""
-        self._sources.pop(name, None)
+        """Drop a source's index (e.g. its buffer was closed): it never proposes its old text again.
+        Sources named ``name#part`` (parts of that document) go with it."""
+        for key in [k for k in self._sources if k == name or k.startswith(name + "#")]:
+            self._sources.pop(key, None)
 
     def drafter(self, mode: str, sources: dict[str, NgramIndex] | None = None) -> Drafter | None:
         """The drafter for ``mode``: ``auto`` (n-gram, then the draft model), ``ngram``, ``tree`` (n-gram

@@ -26,7 +26,7 @@ from decoding.generate import Generation, GenerationConfig
 from decoding.sampling import SamplingParams
 from lsp_server.context import CompletionContext, ContextBudget, build_context, knows_repo_format
 from lsp_server.documents import Document
-from lsp_server.positions import to_document_text, to_model_text
+from lsp_server.positions import to_document_text
 from lsp_server.postprocess import Mode, TrimContext, decide_mode, trim
 from lsp_server.repo_context import RECENT_BUFFERS, Candidate, candidates, select_snippets
 from lsp_server.repo_index import RepoIndex, identifiers
@@ -52,14 +52,26 @@ def uses_repo_prompt(engine: Engine) -> bool:
 def cross_file(document: Document, offset: int, other_documents: list[Document], repo: RepoIndex | None,
                with_snippets: bool, snippet_chars: int):
     """(candidate files, snippets) for a cursor: recent open buffers, then similar repository files."""
-    before = document.text[:offset].split("\n")[-QUERY_LINES[0]:]
-    after = document.text[offset:].split("\n")[:QUERY_LINES[1]]
+    text = document.text
+    start = offset
+    for _ in range(QUERY_LINES[0]):  # the last lines before the cursor, without splitting the whole file
+        start = text.rfind("\n", 0, start)
+        if start <= 0:
+            start = 0
+            break
+    end = offset
+    for _ in range(QUERY_LINES[1]):
+        end = text.find("\n", end + 1)
+        if end == -1:
+            end = len(text)
+            break
+    before, after = [text[start:offset]], [text[offset:end]]
     query = identifiers("\n".join(before + after))
 
     def label(path: Path | None, uri: str) -> str:
         return repo.relative(path) if repo is not None and path is not None else uri.rsplit("/", 1)[-1]
 
-    recent = [Candidate(d.uri, label(_path(d.uri), d.uri), to_model_text(d.text), d.version)
+    recent = [Candidate(d.uri, label(_path(d.uri), d.uri), d.model_text, d.version)
               for d in other_documents[:RECENT_BUFFERS] if len(d.text) <= MAX_SOURCE_CHARS]
     open_paths = {p for p in (_path(d.uri) for d in [document, *other_documents]) if p is not None}
     pool = candidates(recent, repo, query, open_paths)
@@ -135,13 +147,21 @@ def complete(
     sources = {}
     for other in other_documents:
         if other.uri != document.uri and len(other.text) <= MAX_SOURCE_CHARS:
-            sources[other.uri] = engine.source_index(other.uri, other.version, to_model_text(other.text))
+            sources[other.uri] = engine.source_index(other.uri, other.version, other.model_text)
     for candidate in pool:  # similar repository files
         if candidate.uri not in sources and len(candidate.text) <= MAX_SOURCE_CHARS:
             sources[candidate.uri] = engine.source_index(candidate.uri, candidate.version, candidate.text)
     if context.truncated and len(document.text) <= MAX_SOURCE_CHARS:
-        # The prompt holds only part of this document: its whole text is a draft source too.
-        sources[document.uri] = engine.source_index(document.uri, document.version, to_model_text(document.text))
+        # The prompt holds only part of this document: the parts above and below it are draft sources
+        # too. They do not change while the user types inside the window (its start moves in steps),
+        # so their n-gram indexes are reused from keystroke to keystroke instead of rebuilt.
+        full_prefix, full_suffix = document.model_split(offset)
+        above = full_prefix[: len(full_prefix) - len(context.prefix)]
+        below = full_suffix[len(context.suffix):]
+        for part, text in (("above", above), ("below", below)):
+            if text:
+                name = f"{document.uri}#{part}"
+                sources[name] = engine.source_index(name, (len(text), hash(text)), text)
     t1 = time.perf_counter()
     generation = engine.generate(context.prompt_ids, generation_config(settings, mode, engine, seed),
                                  settings.drafter, sources, should_stop)

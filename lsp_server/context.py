@@ -23,7 +23,7 @@ from pygls.workspace.position_codec import PositionCodec
 from lsprotocol import types
 
 from lsp_server.documents import Document
-from lsp_server.positions import line_ending, to_model_text
+from lsp_server.positions import line_ending
 
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
 REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
@@ -148,7 +148,7 @@ def build_context(
     offset = lines.offset_at(position, codec)
     line_end = lines.offset_at(types.Position(line=position.line, character=2**31 - 1), codec)
     line_suffix = document.text[offset:line_end]
-    full_prefix, full_suffix = to_model_text(document.text[:offset]), to_model_text(document.text[offset:])
+    full_prefix, full_suffix = document.model_split(offset)
     prefix, prefix_ids = _keep_tail(tokenizer, full_prefix, budget.prefix_tokens)
     special = tokenizer.get_added_vocab()  # FIM markers are added tokens (a small dict, unlike get_vocab)
     fim = all(t in special for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))

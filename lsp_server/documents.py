@@ -13,7 +13,7 @@ from functools import cached_property
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
-from lsp_server.positions import LineIndex, PositionError
+from lsp_server.positions import LineIndex, PositionError, to_model_text
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,17 @@ class Document:
     def lines(self) -> LineIndex:
         """Line starts of ``text``, computed once per snapshot."""
         return LineIndex.of(self.text)
+
+    @cached_property
+    def model_text(self) -> str:
+        """``text`` with every line break as ``\n`` (what models see), computed once per snapshot."""
+        return to_model_text(self.text)
+
+    def model_split(self, offset: int) -> tuple[str, str]:
+        """Model text before and after ``offset`` (code points into ``text``)."""
+        if "\r" not in self.text:  # the common case: model text is the text itself
+            return self.text[:offset], self.text[offset:]
+        return to_model_text(self.text[:offset]), to_model_text(self.text[offset:])
 
 
 class DocumentStore:

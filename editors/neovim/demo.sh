@@ -2,7 +2,7 @@
 # Capture a terminal screen of Neovim showing speclsp ghost text (used for the README):
 #   editors/neovim/demo.sh [SPECLSP_COMMAND]   (default: speclsp from PATH)
 # It opens a copy of the standard library's json/decoder.py (held out from the starter models'
-# training), deletes the rest of line 61 after its indentation and `if`, and waits in insert mode
+# training), opens a new line under the header of `_decode_uXXXX` (line 59), and waits in insert mode
 # for the completion to appear as ghost text.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -16,7 +16,7 @@ tmux new-session -d -s speclsp-demo -x 100 -y 20 \
   "nvim -u NONE -i NONE -n --cmd 'set rtp^=$here' --cmd 'syntax on' \
    -c \"lua require('speclsp').setup({ cmd = { '$server', 'serve' } })\" +55 $work/decoder.py"
 sleep 8                                           # the server loads the models
-tmux send-keys -t speclsp-demo '61G' '0' '7|' 'D' 'a'  # keep "    if ", then append
+tmux send-keys -t speclsp-demo '59G' 'o'              # a new line in the body of _decode_uXXXX
 before="$(tmux capture-pane -p -t speclsp-demo)"
 for _ in $(seq 1 100); do
   sleep 0.2
