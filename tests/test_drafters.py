@@ -63,3 +63,20 @@ def test_policy_shortens_drafts_for_failing_sources_and_lengthens_for_hitting_on
     assert policy.choose("good") == 8 and policy.choose("good", limit=3) == 3
     assert policy.best_gain("good") > policy.best_gain("bad")
     assert policy.choose("good", limit=0) == 0 and policy.best_gain("good", limit=0) == 1.0
+
+
+def test_token_buffer_finds_what_the_index_finds():
+    """The committed-token search (bytes.rfind over machine words) agrees with the hashed index on
+    random sequences, including ids whose bytes could match across word boundaries."""
+    import random
+
+    from decoding.drafters.ngram import NgramConfig, NgramIndex, TokenBuffer
+
+    rng = random.Random(0)
+    config = NgramConfig(min_ngram=2, max_ngram=4)
+    for _ in range(200):
+        tokens = [rng.choice([1, 2, 3, 256, 257, 65536 + 1, 16777216]) for _ in range(rng.randint(2, 60))]
+        index, buffer = NgramIndex(config, tokens), TokenBuffer(config, tokens[:5])
+        buffer.extend(tokens[5:])
+        suffix = tokens[-rng.randint(2, 4):]
+        assert list(buffer.matches(suffix)) == list(index.matches(suffix)), (tokens, suffix)

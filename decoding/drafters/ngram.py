@@ -12,6 +12,7 @@ position right after its most recent occurrence, built incrementally as tokens a
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,7 +46,8 @@ class NgramIndex:
     def __init__(self, config: NgramConfig, tokens: Sequence[int] = ()):
         self.config = config
         self.tokens: list[int] = []
-        self.next_positions: dict[tuple[int, ...], list[int]] = {}
+        # n-gram -> {next token: position of that next token}, least to most recent (dict order).
+        self.next_positions: dict[tuple[int, ...], dict[int, int]] = {}
         self.extend(tokens)
 
     def extend(self, new_tokens: Sequence[int]) -> None:
@@ -54,12 +56,14 @@ class NgramIndex:
             end = len(self.tokens)  # the appended token continues the n-grams ending here
             for n in range(self.config.min_ngram, min(self.config.max_ngram, end) + 1):
                 key = tuple(self.tokens[end - n : end])
-                positions = self.next_positions.get(key)
-                if positions is None:
-                    self.next_positions[key] = [end]
+                continuations = self.next_positions.get(key)
+                if continuations is None:
+                    self.next_positions[key] = {token: end}
                     continue
-                # Most recent first; one position per distinct next token.
-                positions[:] = [end] + [p for p in positions if self.tokens[p] != token][: self.MAX_POSITIONS - 1]
+                continuations.pop(token, None)  # re-insert: now the most recent
+                continuations[token] = end
+                if len(continuations) > self.MAX_POSITIONS:
+                    del continuations[next(iter(continuations))]  # drop the least recent
             self.tokens.append(token)
 
     def lookup(self, suffix: Sequence[int]) -> tuple[int, int] | None:
@@ -77,7 +81,65 @@ class NgramIndex:
         """``(n, positions)`` for every n-gram length that ends ``suffix`` and occurs here, longest first."""
         top = min(self.config.max_ngram, len(suffix))
         for n in range(top, self.config.min_ngram - 1, -1):
-            positions = self.next_positions.get(tuple(suffix[len(suffix) - n :]))
+            continuations = self.next_positions.get(tuple(suffix[len(suffix) - n :]))
+            if continuations:
+                yield n, list(reversed(continuations.values()))
+
+
+_WORD = array("I").itemsize  # bytes per token id in a TokenBuffer
+
+
+class TokenBuffer:
+    """The committed tokens of one generation, searched directly instead of indexed.
+
+    The ids live in a ``bytearray`` of machine words (``array("I")``), and an n-gram is found with
+    ``bytes.rfind`` (C speed, no index to build): a new request's prompt costs a copy, not the
+    per-token dictionary updates an :class:`NgramIndex` needs. Same lookup interface as
+    :class:`NgramIndex`; for the long-lived extra sources the index stays the better structure.
+    """
+
+    MAX_POSITIONS = NgramIndex.MAX_POSITIONS
+    MAX_PROBES = 64  # occurrences examined per n-gram length at most
+
+    def __init__(self, config: NgramConfig, tokens: Sequence[int] = ()):
+        self.config = config
+        self.tokens: list[int] = list(tokens)
+        self._bytes = bytearray(array("I", self.tokens).tobytes())
+
+    def extend(self, new_tokens: Sequence[int]) -> None:
+        self.tokens.extend(new_tokens)
+        self._bytes.extend(array("I", new_tokens).tobytes())
+
+    def lookup(self, suffix: Sequence[int]) -> tuple[int, int] | None:
+        found = next(self.matches(suffix), None)
+        return (found[0], found[1][0]) if found else None
+
+    def lookup_all(self, suffix: Sequence[int]) -> tuple[int, list[int]] | None:
+        return next(self.matches(suffix), None)
+
+    def matches(self, suffix: Sequence[int]):
+        """``(n, continuation positions)`` per matching length, longest first; positions most recent
+        first with distinct next tokens; an occurrence needs a token after it."""
+        top = min(self.config.max_ngram, len(suffix))
+        data, tokens = self._bytes, self.tokens
+        for n in range(top, self.config.min_ngram - 1, -1):
+            pattern = array("I", suffix[len(suffix) - n :]).tobytes()
+            end = (len(tokens) - 1) * _WORD  # the match must end before the last token
+            positions: list[int] = []
+            seen: set[int] = set()
+            for _ in range(self.MAX_PROBES):
+                at = data.rfind(pattern, 0, end)
+                if at < 0:
+                    break
+                end = at + len(pattern) - 1  # next search: strictly earlier occurrences
+                if at % _WORD:
+                    continue  # straddles token boundaries
+                position = at // _WORD + n
+                if tokens[position] not in seen:
+                    seen.add(tokens[position])
+                    positions.append(position)
+                    if len(positions) >= self.MAX_POSITIONS:
+                        break
             if positions:
                 yield n, positions
 
@@ -105,14 +167,14 @@ class NgramDrafter:
             else NgramIndex(self.config, tokens.tokens if isinstance(tokens, NgramIndex) else tokens)
             for name, tokens in (sources or {}).items()
         }
-        self._context = NgramIndex(self.config)
+        self._context = TokenBuffer(self.config)
 
     def _sync_context(self, token_ids: list[int]) -> None:
-        indexed = self._context.tokens
-        if len(indexed) <= len(token_ids) and token_ids[: len(indexed)] == indexed:
-            self._context.extend(token_ids[len(indexed) :])
+        held = self._context.tokens
+        if len(held) <= len(token_ids) and token_ids[: len(held)] == held:
+            self._context.extend(token_ids[len(held) :])
         else:
-            self._context = NgramIndex(self.config, token_ids)
+            self._context = TokenBuffer(self.config, token_ids)
 
     def propose(self, context: DraftContext) -> Draft | None:
         """Up to ``context.max_tokens`` tokens that followed the best match, or ``None``."""
