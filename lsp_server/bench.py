@@ -110,6 +110,8 @@ def add_parser(commands) -> None:
     cuts.add_argument("--seed", type=int, default=0)
     cuts.add_argument("--json", action="store_true")
     cuts.set_defaults(run=run)
+    from decoding import bench_decode
     from lsp_server import bench_lsp
 
     bench_lsp.add_parser(kinds)
+    bench_decode.add_parser(kinds)
