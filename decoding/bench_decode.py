@@ -15,6 +15,14 @@ same number of tokens): ours plain, ngram, tree, model, auto; transformers ``gen
 
 Columns: tokens/s, speedup over our plain greedy in the same run, tokens per target pass and
 acceptance (ours; transformers does not report them), and whether the outputs equal our plain greedy.
+
+With ``--out DIR``: ``DIR/results.json`` (the rows, and a ``sweep`` of our n-gram drafter over draft
+lengths k) and ``DIR/speedup_vs_k.png`` / ``DIR/tokens_per_pass_vs_k.png`` (matplotlib): the seed's
+table of expected tokens per pass and gain against k, measured instead of computed.
+
+``--cost``: random-init targets with the shapes of real models (Qwen2.5-Coder 0.5B and 1.5B configs;
+weights do not matter for timing) and the time of verifying k tokens relative to decoding one, with a
+512-token cache, on this machine (``DIR/cost.json``).
 A measurement command, not a test: it times this machine.
 """
 
@@ -151,11 +159,110 @@ def bench(engine: Engine, quick: bool, seed: int, repeats: int, max_draft: int, 
     return rows
 
 
+SWEEP_K = (1, 2, 4, 8, 16)
+
+
+def sweep(engine: Engine, quick: bool, seed: int) -> list[dict]:
+    """Our n-gram drafter at fixed draft lengths k (no adaptation beyond the cap), per workload."""
+    out = []
+    for workload, prompts in workloads(engine.tokenizer, quick, seed).items():
+        plain_seconds = sum(run_ours(engine, "none", p, n, 0)[1] for p, n in prompts)
+        plain_tokens = sum(n for _, n in prompts)
+        for k in SWEEP_K:
+            seconds = tokens = passes = 0
+            for prompt, new_tokens in prompts:
+                ids, s, p, _, _ = run_ours(engine, "ngram", prompt, new_tokens, k)
+                seconds, tokens, passes = seconds + s, tokens + len(ids), passes + p
+            out.append({"workload": workload, "k": k, "tokens_per_pass": round(tokens / max(passes, 1), 3),
+                        "speedup_vs_plain": round((tokens / seconds) / (plain_tokens / plain_seconds), 3)})
+        print(f"sweep: {workload} done", file=sys.stderr)
+    return out
+
+
+def plot(sweep_rows: list[dict], out: Path) -> list[Path]:
+    """Speedup and tokens per pass against k, one line per workload (PNG files)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for key, label, name in (("speedup_vs_plain", "speedup over plain greedy", "speedup_vs_k.png"),
+                             ("tokens_per_pass", "tokens per target pass", "tokens_per_pass_vs_k.png")):
+        figure, axes = plt.subplots(figsize=(6, 4))
+        for workload in dict.fromkeys(r["workload"] for r in sweep_rows):
+            rows = [r for r in sweep_rows if r["workload"] == workload]
+            axes.plot([r["k"] for r in rows], [r[key] for r in rows], marker="o", label=workload)
+        axes.set_xscale("log", base=2)
+        axes.set_xlabel("draft length k (n-gram drafter)")
+        axes.set_ylabel(label)
+        axes.grid(True, alpha=0.3)
+        axes.legend()
+        figure.tight_layout()
+        figure.savefig(out / name, dpi=100)
+        plt.close(figure)
+        written.append(out / name)
+    return written
+
+
+QWEN_SHAPES = {  # Qwen2.5-Coder configs (public config.json values)
+    "qwen2.5-coder-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                               num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-coder-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                               num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+}
+
+
+@torch.inference_mode()
+def cost(shapes: list[str], device: str, context: int = 512, repeats: int = 5) -> list[dict]:
+    """ms of one decode step and of verifying k tokens, for random-init models of real shapes."""
+    from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
+
+    rows = []
+    for name in shapes:
+        torch.manual_seed(0)
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        model = Qwen2ForCausalLM(Qwen2Config(**QWEN_SHAPES[name])).to(device=device, dtype=dtype).eval()
+        vocab = QWEN_SHAPES[name]["vocab_size"]
+        prompt = torch.randint(0, vocab, (1, context), device=device)
+        times: dict[int, float] = {}
+        for k in (1, *SWEEP_K[1:]):
+            samples = []
+            for _ in range(repeats):
+                cache = DynamicCache()
+                model(input_ids=prompt, cache=cache, use_cache=True)
+                step = torch.randint(0, vocab, (1, k), device=device)
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                model(input_ids=step, cache=cache, use_cache=True)
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                samples.append(1000 * (time.perf_counter() - start))
+            times[k] = statistics.median(samples)
+        rows.append({"model_shape": name, "device": device, "dtype": str(dtype).removeprefix("torch."),
+                     "context": context, "decode_ms": round(times[1], 2),
+                     "verify_ratio": {str(k): round(times[k] / times[1], 3) for k in SWEEP_K[1:]}})
+        print(f"cost: {name} {rows[-1]}", file=sys.stderr)
+        del model
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     methods = list(dict.fromkeys(["none", *args.methods.split(",")]))
     unknown = [m for m in methods if m not in OURS + THEIRS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; use {', '.join(OURS + THEIRS)}")
+    if args.cost:
+        from decoding.loading import resolve_device
+
+        rows = cost(args.cost_shapes.split(","), str(resolve_device(args.device)))
+        for row in rows:
+            print(json.dumps(row))
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "cost.json").write_text(json.dumps(rows, indent=2) + "\n")
+        return 0
     engine = Engine.load(EngineConfig(model=args.model, draft_model=args.draft_model, device=args.device))
     repeats = 1 if args.quick else args.repeats
     rows = bench(engine, args.quick, args.seed, repeats, args.max_draft_tokens, methods)
@@ -168,6 +275,13 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
+        sweep_rows = sweep(engine, args.quick, args.seed)
+        (args.out / "sweep.json").write_text(json.dumps(sweep_rows, indent=2) + "\n")
+        try:
+            for path in plot(sweep_rows, args.out):
+                print(f"wrote {path}", file=sys.stderr)
+        except ImportError:
+            print("no plots: matplotlib is not installed (pip install 'speclsp[bench]')", file=sys.stderr)
     return 0
 
 
@@ -182,5 +296,9 @@ def add_parser(kinds) -> None:
     decode.add_argument("--repeats", type=int, default=3)
     decode.add_argument("--seed", type=int, default=0)
     decode.add_argument("--quick", action="store_true", help="3 prompts per workload, one repetition")
-    decode.add_argument("--out", type=Path, default=None, help="write DIR/results.json")
+    decode.add_argument("--out", type=Path, default=None,
+                        help="write DIR/results.json, DIR/sweep.json and the PNG plots against k")
+    decode.add_argument("--cost", action="store_true",
+                        help="instead: verify(k)/decode(1) for random-init models of real shapes (DIR/cost.json)")
+    decode.add_argument("--cost-shapes", default=",".join(QWEN_SHAPES), help="shapes for --cost")
     decode.set_defaults(run=run)

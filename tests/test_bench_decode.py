@@ -24,3 +24,18 @@ def test_bench_decode_reports_every_workload_and_method(tmp_path):
         if row["method"] == "none":
             assert row["speedup_vs_plain"] == 1.0 and row["tokens_per_pass"] == 1.0
     assert "speedup" in done.stdout
+    sweep = json.loads((tmp_path / "sweep.json").read_text())
+    assert {r["k"] for r in sweep} == {1, 2, 4, 8, 16} and all(r["tokens_per_pass"] >= 1 for r in sweep)
+    for name in ("speedup_vs_k.png", "tokens_per_pass_vs_k.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cost_mode_times_each_k_relative_to_one_token(monkeypatch):
+    from decoding import bench_decode
+
+    monkeypatch.setitem(bench_decode.QWEN_SHAPES, "tiny", dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+        vocab_size=64, tie_word_embeddings=True))
+    rows = bench_decode.cost(["tiny"], "cpu", context=16, repeats=2)
+    assert rows[0]["model_shape"] == "tiny" and rows[0]["decode_ms"] > 0
+    assert set(rows[0]["verify_ratio"]) == {"2", "4", "8", "16"} and all(v > 0 for v in rows[0]["verify_ratio"].values())
