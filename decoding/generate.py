@@ -43,6 +43,7 @@ class GenerationConfig:
     stop_strings: tuple[str, ...] = ()  # the text is cut before the first occurrence of any of these
     stop_token_ids: frozenset[int] | None = None  # None: the tokenizer's and model's end-of-sequence ids
     max_draft_tokens: int = 8  # k at most per round
+    draft_min_confidence: float = 0.0  # a draft model stops drafting at a token it gives less than this
     seed: int | None = None  # random source for sampling, and timing-independent drafting; None: nondeterministic
 
     def __post_init__(self) -> None:
@@ -50,6 +51,8 @@ class GenerationConfig:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.max_draft_tokens < 0:
             raise ValueError(f"max_draft_tokens must be >= 0, got {self.max_draft_tokens}")
+        if not 0.0 <= self.draft_min_confidence <= 1.0:
+            raise ValueError(f"draft_min_confidence must be in [0, 1], got {self.draft_min_confidence}")
         if any(not s for s in self.stop_strings):
             raise ValueError("stop strings must be non-empty")
 
@@ -205,7 +208,8 @@ class SpeculativeGenerator:
                 # With a seed, drafting decisions must not depend on wall-clock timing, or the same seed
                 # would consume the random stream differently from run to run: no timing is passed.
                 verify_ms = self._verify_ms if config.seed is None else 0.0
-                draft = drafter.propose(DraftContext(committed, budget, config.sampling, generator, verify_ms))
+                draft = drafter.propose(DraftContext(committed, budget, config.sampling, generator, verify_ms,
+                                                     config.draft_min_confidence))
                 stats.ms["draft"] += 1000 * (time.perf_counter() - t0)
             tree = draft.tree if draft is not None else None
             draft_tokens = draft.tokens[:budget] if draft is not None and tree is None else []

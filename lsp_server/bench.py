@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         for drafter in drafters:  # interleaved: every drafter completes this cut before the next cut
             engine.reset_caches()
             settings = Settings(drafter=drafter, max_new_tokens=args.max_new_tokens,
-                                max_draft_tokens=args.max_draft_tokens)
+                                max_draft_tokens=args.max_draft_tokens, draft_min_confidence=args.draft_min_confidence)
             generation = complete(engine, holed, position, codec, settings).generation
             stats = generation.stats
             reference = generation.token_ids if reference is None else reference
@@ -106,6 +106,8 @@ def add_parser(commands) -> None:
     cuts.add_argument("--cut-lines", type=int, default=3)
     cuts.add_argument("--max-new-tokens", type=int, default=64)
     cuts.add_argument("--max-draft-tokens", type=int, default=8)
+    cuts.add_argument("--draft-min-confidence", type=float, default=0.0,
+                      help="the draft model stops at a token it gives less probability than this")
     cuts.add_argument("--drafters", default="none,ngram,model,auto")
     cuts.add_argument("--seed", type=int, default=0)
     cuts.add_argument("--json", action="store_true")

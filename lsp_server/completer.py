@@ -98,6 +98,7 @@ def generation_config(settings: Settings, mode: Mode, engine: Engine, seed: int 
         stop_strings=special + (() if mode.multi_line else ("\n",)),
         stop_token_ids=engine.completion_stop_ids,
         max_draft_tokens=settings.max_draft_tokens,
+        draft_min_confidence=settings.draft_min_confidence,
         seed=seed,
     )
 

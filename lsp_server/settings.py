@@ -29,6 +29,7 @@ class Settings:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
     max_draft_tokens: int = 8  # draft length cap per verify round
+    draft_min_confidence: float = 0.0  # the draft model stops at a token it gives less probability (0 = off)
     prefix_tokens: int = 1024  # prompt budget before the cursor
     suffix_tokens: int = 256  # prompt budget after the cursor
     extra_tokens: int = 512  # prompt budget for snippets of other files (models that know the repo format)
@@ -69,6 +70,7 @@ _CHECKS = {
     "top_k": lambda v: v >= 0,
     "top_p": lambda v: 0 < v <= 1,
     "max_draft_tokens": lambda v: 0 <= v <= 64,
+    "draft_min_confidence": lambda v: 0 <= v <= 1,
     "prefix_tokens": lambda v: 1 <= v <= 32768,
     "suffix_tokens": lambda v: 0 <= v <= 32768,
     "extra_tokens": lambda v: 0 <= v <= 32768,

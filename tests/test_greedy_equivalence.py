@@ -81,3 +81,23 @@ def test_near_tie_check_fails_on_a_real_mismatch(target_model):
     assert first_mismatch(corrupted, reference) == 3
     with pytest.raises(AssertionError, match="not a near-tie"):
         assert_greedy_equal(target_model, prompt, corrupted, reference)
+
+
+@pytest.mark.parametrize("min_confidence", [0.0, 0.05, 1.0])
+def test_draft_confidence_stop_shortens_drafts_and_keeps_greedy_exact(target_model, random_draft_model, toy_tokenizer,
+                                                                      min_confidence):
+    from decoding.drafters.base import DraftContext
+    from decoding.sampling import SamplingParams
+
+    drafter = ModelDrafter(random_draft_model, target_model.config.vocab_size)
+    prompt = PROMPTS[0]
+    draft = drafter.propose(DraftContext(prompt, 6, SamplingParams(), None, 0.0, min_confidence))
+    if min_confidence == 0.0:
+        assert len(draft.tokens) == 6
+    if min_confidence == 1.0:
+        assert len(draft.tokens) == 1  # the first token is always kept
+    generator = SpeculativeGenerator(target_model, toy_tokenizer)
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, max_draft_tokens=5, draft_min_confidence=min_confidence)
+    plain = generator.generate(prompt, None, config)
+    spec = generator.generate(prompt, ModelDrafter(random_draft_model, target_model.config.vocab_size), config)
+    assert_greedy_equal(target_model, prompt, spec.token_ids, plain.token_ids)

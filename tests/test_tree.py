@@ -159,11 +159,11 @@ def exact_pairs(model) -> dict[tuple[int, int], float]:
     return table
 
 
-def chi_square_pvalue(counts, expected_probs) -> float:
+def chi_square_pvalue(counts, expected_probs, trials: int = TRIALS) -> float:
     keys = sorted(expected_probs, key=lambda k: -expected_probs[k])
     observed, expected, rest_obs, rest_exp = [], [], 0, 0.0
     for key in keys:
-        e = expected_probs[key] * TRIALS
+        e = expected_probs[key] * trials
         if e >= 5:
             observed.append(counts.get(key, 0))
             expected.append(e)
@@ -203,3 +203,76 @@ def test_checking_candidates_independently_fails_the_same_test(peaked):
     model, exact, tree = peaked
     counts = pair_counts(IndependentCandidatesGenerator, model, tree, seed=1000)
     assert chi_square_pvalue(counts, exact) < 1e-6
+
+
+class DropUnsureTokenDrafter:
+    """WRONG: samples each draft token, then drops it (ending the draft) when its own draft
+    probability is under the threshold. The kept tokens then follow a truncated q, while
+    verification divides by the full q."""
+
+    name = "drop-unsure"
+
+    def __init__(self, model, vocab_size: int):
+        from decoding.drafters.draft_model import ModelDrafter
+
+        self.inner = ModelDrafter(model, vocab_size)
+
+    def propose(self, context):
+        from decoding.sampling import sample
+
+        inner = self.inner
+        new_ids = inner.state.sync(context.token_ids)
+        tokens, rows = [], []
+        for _ in range(context.max_tokens):
+            probs = processed_probs(inner._fit_vocab(inner.state.forward(new_ids, logits_to_keep=1)[-1]), context.sampling)
+            token = sample(probs, context.generator)
+            if tokens and float(probs[token]) < context.min_confidence:
+                break
+            tokens.append(token)
+            rows.append(probs)
+            new_ids = [token]
+        return Draft(tokens=tokens, draft_probs=torch.stack(rows), source="drop-unsure")
+
+    def observe(self, draft, num_accepted):
+        pass
+
+
+CONFIDENCE_TRIALS = 6000
+
+
+def confidence_pairs(model, drafter, min_confidence: float) -> dict[tuple[int, int], int]:
+    generator = SpeculativeGenerator(model, ToyTokenizer())
+    # max_new_tokens 4: the first round may draft 3 tokens; the first two output tokens are compared.
+    config = GenerationConfig(max_new_tokens=4, sampling=SAMPLING, max_draft_tokens=3, stop_token_ids=frozenset(),
+                              draft_min_confidence=min_confidence)
+    counts: dict[tuple[int, int], int] = {}
+    for trial in range(CONFIDENCE_TRIALS):
+        result = generator.generate(PROMPT, drafter, replace(config, seed=5000 + trial))
+        key = tuple(result.token_ids[:2])
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_draft_model_with_a_confidence_stop_samples_the_target_distribution(peaked):
+    """The stop is decided from the draft's distribution before sampling: output stays exact."""
+    from decoding.drafters.draft_model import ModelDrafter
+
+    class Recording(ModelDrafter):
+        def propose(self, context):
+            draft = super().propose(context)
+            self.lengths.append(len(draft.tokens))
+            return draft
+
+    model, exact, _ = peaked
+    drafter = Recording(tiny_model(seed=21, vocab_size=12, init_std=0.25), 12)
+    drafter.lengths = []
+    counts = confidence_pairs(model, drafter, 0.2)
+    assert 0 < sum(length < 3 for length in drafter.lengths) < len(drafter.lengths)  # the stop cut some drafts
+    assert chi_square_pvalue(counts, exact, CONFIDENCE_TRIALS) > 0.001
+
+
+def test_dropping_an_unsure_token_after_sampling_it_fails_the_same_test(peaked):
+    model, exact, _ = peaked
+    drafter = DropUnsureTokenDrafter(tiny_model(seed=21, vocab_size=12, init_std=0.25), 12)
+    counts = confidence_pairs(model, drafter, 0.2)
+    assert chi_square_pvalue(counts, exact, CONFIDENCE_TRIALS) < 1e-6

@@ -26,6 +26,7 @@ class DraftContext:
     sampling: SamplingParams  # the processing the target uses too
     generator: torch.Generator | None  # random source for sampling drafters
     verify_ms: float = 0.0  # recent mean wall time of one target verify pass (0: not measured yet)
+    min_confidence: float = 0.0  # model drafters stop before a token they give less probability than this
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,13 @@ committed tokens before each draft: rejected draft tokens are rolled back and co
 not seen yet (including the last draft token after a fully accepted round) are fed then. Each draft
 token is *sampled* from the draft's processed distribution (temperature, top-k, top-p exactly as the
 target's), and that distribution is returned as the draft probabilities (shared cases D4, D5).
+
+Drafting stops early when the draft is unsure: when the largest probability of the next draft
+distribution (processed when sampling, plain softmax when greedy) is below ``min_confidence``, the
+draft ends before that token (the first token is always drafted). The decision is made from the
+distribution *before* sampling: deciding on the sampled token and dropping it would make the kept
+tokens follow a truncated q, not the q verification divides by, and bias the output (a chi-square
+test catches exactly that). It saves draft steps the target would likely reject.
 """
 
 from __future__ import annotations
@@ -29,9 +36,12 @@ class ModelDrafter:
 
     name = "model"
 
-    def __init__(self, model: PreTrainedModel, target_vocab_size: int):
+    def __init__(self, model: PreTrainedModel, target_vocab_size: int, min_confidence: float = 0.0):
+        if not 0.0 <= min_confidence <= 1.0:
+            raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence}")
         self.model = model
         self.target_vocab_size = target_vocab_size
+        self.min_confidence = min_confidence  # stop drafting at a token the draft gives less than this
         self.state = KVCacheState(model)
 
     def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
@@ -54,6 +64,14 @@ class ModelDrafter:
         for _ in range(context.max_tokens):
             logits = self._fit_vocab(self.state.forward(new_ids, logits_to_keep=1)[-1])  # (V,)
             probs = processed_probs(logits, context.sampling)  # (V,)
+            threshold = max(self.min_confidence, context.min_confidence)
+            if tokens and threshold > 0:
+                # Decide from the distribution, before sampling: dropping a token *after* seeing it
+                # would leave the kept tokens distributed unlike the q verification assumes.
+                # Greedy "probs" are one-hot: the draft's belief is its plain softmax then.
+                belief = torch.softmax(logits.float(), -1) if context.sampling.greedy else probs  # (V,)
+                if float(belief.max()) < threshold:
+                    break  # unsure: end the draft here
             token = int(probs.argmax()) if context.sampling.greedy else sample(probs, context.generator)
             tokens.append(token)
             rows.append(probs)

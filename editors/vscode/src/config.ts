@@ -17,6 +17,7 @@ export const SERVER_SETTINGS = [
   "topK",
   "topP",
   "maxDraftTokens",
+  "draftMinConfidence",
   "prefixTokens",
   "suffixTokens",
   "traceLevel",
