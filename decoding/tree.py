@@ -74,9 +74,16 @@ class DraftTree:
             depth.append(1 if parent < 0 else depth[parent] + 1)
         return depth
 
+    def child_map(self) -> dict[int, dict[int, int]]:
+        """node (-1: the root) -> {token: child node index}."""
+        children: dict[int, dict[int, int]] = {}
+        for index, (token, parent) in enumerate(zip(self.tokens, self.parents)):
+            children.setdefault(parent, {})[token] = index
+        return children
+
     def children(self, node: int) -> dict[int, int]:
         """token -> child node index, for ``node`` (-1: the root)."""
-        return {token: index for index, (token, parent) in enumerate(zip(self.tokens, self.parents)) if parent == node}
+        return self.child_map().get(node, {})
 
     def chain(self) -> bool:
         """Whether the tree is a single branch."""
@@ -128,9 +135,7 @@ def tree_verify(target_logits: torch.Tensor, target_probs: torch.Tensor | None, 
     """
     if target_logits.shape[0] != len(tree) + 1:
         raise ValueError(f"expected {len(tree) + 1} rows of logits, got {target_logits.shape[0]}")
-    children: dict[int, dict[int, int]] = {}
-    for index, (token, parent) in enumerate(zip(tree.tokens, tree.parents)):
-        children.setdefault(parent, {})[token] = index
+    children = tree.child_map()
     path: list[int] = []
     node = -1
     while True:

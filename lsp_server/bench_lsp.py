@@ -68,8 +68,8 @@ def percentile(values: list[float], q: float) -> float | None:
 class Typist:
     """Drives one server: opens documents, types, asks, measures."""
 
-    def __init__(self, client: LanguageClient, rng: random.Random, pause_timeout_s: float):
-        self.client, self.rng, self.pause_timeout_s = client, rng, pause_timeout_s
+    def __init__(self, client: LanguageClient, rng: random.Random):
+        self.client, self.rng = client, rng
         self.samples: list[dict] = []  # one per request sent
         self.version = 0
 
@@ -149,7 +149,7 @@ async def run_bench(args: argparse.Namespace) -> dict:
     client.initialized(types.InitializedParams())
     await asyncio.wait_for(ready.wait(), timeout=300)
     rng = random.Random(args.seed)
-    typist = Typist(client, rng, 0.7)
+    typist = Typist(client, rng)
     functions = pick_functions(args.functions, args.seed)
     for number, (name, text, start, end) in enumerate(functions, 1):
         print(f"typing function {number}/{len(functions)} of {name} ({end - start} characters)", file=sys.stderr)

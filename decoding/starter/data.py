@@ -21,6 +21,7 @@ project's own dependencies) may join the training data; nothing leaves the machi
 
 from __future__ import annotations
 
+import keyword
 import os
 import random
 import re
@@ -33,6 +34,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from decoding.starter import SPECIAL_TOKENS
 
 DEFAULT_HELD_OUT = ("json", "email")
+PYTHON_WORDS = frozenset(keyword.kwlist) | {"self"}  # never chosen as a name to rename
 _SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "__pycache__", "turtledemo", "lib2to3"}
 
 
@@ -223,7 +225,7 @@ class ExampleMaker:
 
     def _renamed(self, span: list[str]) -> list[str]:
         text = "".join(span)
-        found = [m.group() for m in re.finditer(r"\b[A-Za-z_][A-Za-z0-9_]*\b", text) if m.group() not in _PYTHON_WORDS]
+        found = [m.group() for m in re.finditer(r"\b[A-Za-z_][A-Za-z0-9_]*\b", text) if m.group() not in PYTHON_WORDS]
         if not found:
             return span
         names = sorted(set(found))
@@ -251,8 +253,3 @@ class ExampleMaker:
         run = [self.rng.randrange(len(SPECIAL_TOKENS), vocab) for _ in range(self.rng.randint(16, 128))]
         return run * self.rng.randint(2, 3) + [self.ids["<|endoftext|>"]]
 
-
-_PYTHON_WORDS = frozenset(
-    "False None True and as assert async await break class continue def del elif else except finally for "
-    "from global if import in is lambda nonlocal not or pass raise return try while with yield self".split()
-)

@@ -32,14 +32,10 @@ from dataclasses import dataclass
 
 import torch
 
-from decoding.starter.data import DEFAULT_HELD_OUT, read_texts, rename_identifier, stdlib_files
+from decoding.starter.data import DEFAULT_HELD_OUT, PYTHON_WORDS, read_texts, rename_identifier, stdlib_files
 
 _IDENTIFIER = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
-_KEYWORDS = frozenset(
-    "False None True and as assert async await break class continue def del elif else except finally for "
-    "from global if import in is lambda nonlocal not or pass raise return try while with yield self cls "
-    "print len str int dict list set tuple isinstance".split()
-)
+_KEYWORDS = PYTHON_WORDS | {"cls", "print", "len", "str", "int", "dict", "list", "set", "tuple", "isinstance"}
 
 
 @dataclass(frozen=True)

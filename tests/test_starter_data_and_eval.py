@@ -1,0 +1,74 @@
+"""Training-data shapes of the starter recipe and the ``speclsp eval models`` report."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+from tokenizers import Tokenizer
+
+from decoding.starter import SPECIAL_TOKENS, TARGET_DIR
+from decoding.starter.data import ExampleMaker, ExampleMix, rename_identifier
+
+CHUNK = ("def total(values, start=0):\n    result = start\n    for value in values:\n        result += value\n"
+         "    return result\n\n\ndef mean(values):\n    count = len(values)\n    return total(values) / count\n")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Tokenizer.from_file(str(TARGET_DIR / "tokenizer.json"))
+
+
+def test_mix_fractions_are_checked():
+    with pytest.raises(ValueError):
+        ExampleMix(fim=0.6, copy=0.3, edit=0.3)
+    with pytest.raises(ValueError):
+        ExampleMix(copy=-0.1)
+
+
+def test_rename_replaces_whole_words_only():
+    assert rename_identifier("value values value_x = value", "value", "item") == "item values value_x = item"
+
+
+def test_edit_examples_are_the_chunk_then_an_edited_copy(tokenizer):
+    maker = ExampleMaker(tokenizer, ExampleMix(fim=0.0, copy=0.0, edit=1.0), random.Random(0))
+    eos = tokenizer.token_to_id("<|endoftext|>")
+    changed = 0
+    for _ in range(40):
+        ids = maker(CHUNK)
+        assert ids[-1] == eos
+        text = tokenizer.decode(ids[:-1])
+        assert text.startswith(CHUNK)
+        copy = text[len(CHUNK):]
+        assert copy  # an edited copy follows
+        changed += copy not in CHUNK  # the copy differs from every span of the original (it was edited)
+        assert not any(token in text for token in SPECIAL_TOKENS)
+    assert changed >= 20
+
+
+def test_random_repeats_repeat_a_run(tokenizer):
+    maker = ExampleMaker(tokenizer, ExampleMix(fim=0.0, copy=0.0, edit=0.0, random_repeat=1.0), random.Random(1))
+    ids = maker("unused")[:-1]
+    for times in (2, 3):
+        size = len(ids) // times
+        if size * times == len(ids) and ids == ids[:size] * times:
+            assert 16 <= size <= 128
+            return
+    raise AssertionError("not a repeated run")
+
+
+def test_eval_models_quick_json_has_the_promised_figures():
+    done = subprocess.run([sys.executable, "-m", "lsp_server.cli", "eval", "models", "--quick", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    for key in ("copy_score", "edit_score", "fim_exact_match", "target_loss", "draft_loss", "draft_acceptance"):
+        assert isinstance(result[key], float), key
+    for key in ("copy_score", "edit_score", "fim_exact_match", "draft_acceptance"):
+        assert 0.0 <= result[key] <= 1.0
+    assert result["target_loss"] > 0 and result["draft_loss"] > 0
+    assert result["samples"]["copy"] > 0 and result["samples"]["edit"] > 0 and result["samples"]["fim"] == 20
+    assert result["timing_ms"]["target_step_ms"] > 0
