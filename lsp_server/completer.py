@@ -41,6 +41,12 @@ def _path(uri: str) -> Path | None:
     return Path(path) if path else None
 
 
+def _label(repo: RepoIndex | None, uri: str) -> str:
+    """A file's path as shown to the model: relative to its workspace folder when indexed, else its name."""
+    path = _path(uri)
+    return repo.relative(path) if repo is not None and path is not None else uri.rsplit("/", 1)[-1]
+
+
 def uses_repo_prompt(engine: Engine) -> bool:
     """The repository-level prompt for targets that know it: their tokenizer has its tokens, and they
     are not the starter models (which have the tokens but were never trained on the format)."""
@@ -68,10 +74,7 @@ def cross_file(document: Document, offset: int, other_documents: list[Document],
     before, after = [text[start:offset]], [text[offset:end]]
     query = identifiers("\n".join(before + after))
 
-    def label(path: Path | None, uri: str) -> str:
-        return repo.relative(path) if repo is not None and path is not None else uri.rsplit("/", 1)[-1]
-
-    recent = [Candidate(d.uri, label(_path(d.uri), d.uri), d.model_text, d.version)
+    recent = [Candidate(d.uri, _label(repo, d.uri), d.model_text, d.version)
               for d in other_documents[:RECENT_BUFFERS] if len(d.text) <= MAX_SOURCE_CHARS]
     open_paths = {p for p in (_path(d.uri) for d in [document, *other_documents]) if p is not None}
     pool = candidates(recent, repo, query, open_paths)
@@ -139,9 +142,7 @@ def complete(
     repo_prompt = uses_repo_prompt(engine)
     pool, snippets = cross_file(document, offset, other_documents, repo, repo_prompt and budget.extra_tokens > 0,
                                 4 * budget.extra_tokens)
-    current = _path(document.uri)
-    repo_names = (repo.repo_name() if repo is not None else "workspace",
-                  repo.relative(current) if repo is not None and current is not None else document.uri.rsplit("/", 1)[-1])
+    repo_names = (repo.repo_name() if repo is not None else "workspace", _label(repo, document.uri))
     context = build_context(document, position, codec, engine.tokenizer, budget, snippets,
                             repo_names if repo_prompt else None)
     mode = decide_mode(context.prefix, context.line_suffix, document.language_id, automatic=False)

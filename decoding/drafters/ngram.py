@@ -32,7 +32,25 @@ class NgramConfig:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}")
 
 
-class NgramIndex:
+class _Lookups:
+    """``lookup`` and ``lookup_all`` in terms of a subclass's ``matches(suffix)``."""
+
+    def matches(self, suffix: Sequence[int]):  # pragma: no cover - defined by subclasses
+        raise NotImplementedError
+
+    def lookup(self, suffix: Sequence[int]) -> tuple[int, int] | None:
+        """The longest n-gram ending ``suffix`` found here, as ``(n, continuation position)`` of its
+        most recent occurrence."""
+        found = self.lookup_all(suffix)
+        return (found[0], found[1][0]) if found else None
+
+    def lookup_all(self, suffix: Sequence[int]) -> tuple[int, list[int]] | None:
+        """The longest n-gram ending ``suffix`` found here and its continuation positions (distinct
+        next tokens, most recent first)."""
+        return next(self.matches(suffix), None)
+
+
+class NgramIndex(_Lookups):
     """n-grams of one token sequence -> positions right after their most recent occurrences.
 
     Each n-gram keeps up to ``MAX_POSITIONS`` continuation positions with distinct next tokens, most
@@ -66,17 +84,6 @@ class NgramIndex:
                     del continuations[next(iter(continuations))]  # drop the least recent
             self.tokens.append(token)
 
-    def lookup(self, suffix: Sequence[int]) -> tuple[int, int] | None:
-        """The longest n-gram ending ``suffix`` found here, as ``(n, continuation position)`` of its
-        most recent occurrence."""
-        found = self.lookup_all(suffix)
-        return (found[0], found[1][0]) if found else None
-
-    def lookup_all(self, suffix: Sequence[int]) -> tuple[int, list[int]] | None:
-        """The longest n-gram ending ``suffix`` found here and its continuation positions (distinct
-        next tokens, most recent first)."""
-        return next(self.matches(suffix), None)
-
     def matches(self, suffix: Sequence[int]):
         """``(n, positions)`` for every n-gram length that ends ``suffix`` and occurs here, longest first."""
         top = min(self.config.max_ngram, len(suffix))
@@ -89,7 +96,7 @@ class NgramIndex:
 _WORD = array("I").itemsize  # bytes per token id in a TokenBuffer
 
 
-class TokenBuffer:
+class TokenBuffer(_Lookups):
     """The committed tokens of one generation, searched directly instead of indexed.
 
     The ids live in a ``bytearray`` of machine words (``array("I")``), and an n-gram is found with
@@ -109,13 +116,6 @@ class TokenBuffer:
     def extend(self, new_tokens: Sequence[int]) -> None:
         self.tokens.extend(new_tokens)
         self._bytes.extend(array("I", new_tokens).tobytes())
-
-    def lookup(self, suffix: Sequence[int]) -> tuple[int, int] | None:
-        found = next(self.matches(suffix), None)
-        return (found[0], found[1][0]) if found else None
-
-    def lookup_all(self, suffix: Sequence[int]) -> tuple[int, list[int]] | None:
-        return next(self.matches(suffix), None)
 
     def matches(self, suffix: Sequence[int]):
         """``(n, continuation positions)`` per matching length, longest first; positions most recent
