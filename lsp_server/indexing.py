@@ -2,13 +2,12 @@
 folders change, and when the index settings change; with ``$/progress`` and a log line.
 
 Indexing runs on its own thread, never on the model worker, so completions go on while it runs
-(with whatever part of the index is ready). A watchdog observer keeps it current afterwards.
+(without the index until the scan ends). A watchdog observer keeps it current afterwards.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from pathlib import Path
 
@@ -16,10 +15,8 @@ from lsprotocol import types
 from pygls import uris
 
 from lsp_server.file_watch import IndexWatcher
+from lsp_server.progress import begin_progress
 from lsp_server.repo_index import RepoIndex
-
-_tokens = itertools.count(1)
-
 
 def workspace_roots(ls) -> list[Path]:
     """Local directories of the workspace folders (or the root URI when the client sent no folders)."""
@@ -56,14 +53,7 @@ async def _rebuild(ls) -> None:
         return
     index = RepoIndex(roots, config)
     ls.repo_building = index
-    token = None
-    if getattr(getattr(ls.client_capabilities, "window", None), "work_done_progress", False):
-        token = f"speclsp-index-{next(_tokens)}"
-        try:
-            await ls.work_done_progress.create_async(token)
-            ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(title="speclsp: indexing", cancellable=False))
-        except Exception:  # noqa: BLE001 - progress is optional
-            token = None
+    token = await begin_progress(ls, "index", "speclsp: indexing")
     loop = asyncio.get_running_loop()
 
     def progress(count: int, path: str) -> None:  # on the indexing thread

@@ -11,16 +11,13 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 
 from lsprotocol import types
 
 from lsp_server.indexing import rebuild_index, stop_index
+from lsp_server.progress import begin_progress
 from lsp_server.settings import parse_settings
 from lsp_server.worker import READY
-
-_tokens = itertools.count(1)
-
 
 def _apply(ls, warnings: list[str]) -> list[str]:
     """Apply settings that take effect at once (the trace file); returns ``warnings`` plus any problem."""
@@ -38,16 +35,7 @@ async def load_models(ls) -> None:
     """Load the configured models on the worker, reporting progress to the client when it can."""
     loop = asyncio.get_running_loop()
     config = ls.settings.engine_config()
-    token = None
-    if getattr(getattr(ls.client_capabilities, "window", None), "work_done_progress", False):
-        token = f"speclsp-load-{next(_tokens)}"
-        try:
-            await ls.work_done_progress.create_async(token)
-            ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(
-                title="speclsp: loading models", message=config.model, cancellable=False))
-        except Exception as exc:  # noqa: BLE001 - a client refusing progress must not stop loading
-            ls.tracer.message(f"[speclsp] work-done progress unavailable: {exc}", types.MessageType.Warning)
-            token = None
+    token = await begin_progress(ls, "load", "speclsp: loading models", config.model)
 
     def report(stage: str) -> None:  # on the event loop
         ls.tracer.message(f"[speclsp] {stage}")
