@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from tokenizers import Tokenizer
 
 from decoding.starter import SPECIAL_TOKENS, TARGET_DIR
@@ -72,3 +73,39 @@ def test_eval_models_quick_json_has_the_promised_figures():
     assert result["target_loss"] > 0 and result["draft_loss"] > 0
     assert result["samples"]["copy"] > 0 and result["samples"]["edit"] > 0 and result["samples"]["fim"] == 20
     assert result["timing_ms"]["target_step_ms"] > 0
+
+
+@pytest.mark.parametrize("heads,kv_heads,head", [(2, 1, 0), (6, 2, 4)])
+def test_previous_token_head_attends_to_the_previous_token(heads, kv_heads, head):
+    """The built head puts nearly all its attention one position back, whatever the tokens; the
+    untouched heads of the same layer do not (the check can fail)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from decoding.starter.induction import install_previous_token_head
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=64, hidden_size=32 * heads, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, attn_implementation="eager")
+    model = Qwen2ForCausalLM(config).eval()
+    install_previous_token_head(model, head=head)
+    ids = torch.randint(0, 64, (2, 300))
+    with torch.no_grad():
+        attentions = model(input_ids=ids, output_attentions=True).attentions[0]  # (B, H, T, T)
+    rows = torch.arange(1, 300)
+    on_previous = attentions[:, :, rows, rows - 1].mean(dim=(0, 2))  # (H,)
+    assert on_previous[head] > 0.99
+    others = [h for h in range(heads) if h != head]
+    assert on_previous[others].max() < 0.5
+
+
+def test_previous_token_head_rejects_bad_arguments():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from decoding.starter.induction import install_previous_token_head
+
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    with pytest.raises(ValueError):
+        install_previous_token_head(model, head=2)
+    with pytest.raises(ValueError):
+        install_previous_token_head(model, pairs=17)

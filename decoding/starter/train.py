@@ -27,6 +27,7 @@ from tqdm import tqdm
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from decoding.starter import MODELS_DIR, SPECIAL_TOKENS
+from decoding.starter.induction import install_previous_token_head
 from decoding.starter.data import (
     DEFAULT_HELD_OUT,
     ExampleMaker,
@@ -311,10 +312,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="train on the standard library only (by default the installed packages' .py files join)")
     parser.add_argument("--held-out", nargs="+", default=list(DEFAULT_HELD_OUT))
     parser.add_argument("--eval-windows", type=int, default=48)
+    parser.add_argument("--probe-every", type=int, default=100, help="steps between copy-probe scores")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--init-from", type=Path, default=None,
                         help="continue from the models (and tokenizer) in this directory instead of training "
                              "from scratch; the training record accumulates steps and tokens")
+    parser.add_argument("--previous-token-head", choices=("fresh", "always", "never"), default="fresh",
+                        help="build a previous-token head in layer 0 (decoding.starter.induction): for models "
+                             "trained from scratch (fresh, the default), also over a trained head (always), or never")
     parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "speclsp" / "starter-train",
                         help="checkpoints and the JSON-lines training log (train.log.jsonl)")
     parser.add_argument("--resume", action="store_true",
@@ -363,9 +368,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             torch.manual_seed(args.seed)
             model = Qwen2ForCausalLM(build_config(shape, tokenizer, args.context))
+        if args.previous_token_head == "always" or (args.previous_token_head == "fresh" and not previous):
+            if not (args.resume and checkpoint.exists()):  # a resumed checkpoint already has it
+                install_previous_token_head(model)
         earlier_runs = len(previous.get("runs", [previous])) if previous else 0
         cfg = TrainConfig(minutes=minutes, max_steps=args.max_steps, context=args.context, batch_size=args.batch_size,
-                          seed=args.seed + earlier_runs, lr=args.lr, warmup_steps=10 if previous else 30)
+                          seed=args.seed + earlier_runs, lr=args.lr, warmup_steps=10 if previous else 30,
+                          probe_every=args.probe_every)
         rng = random.Random(cfg.seed)
         batches = Batches(chunks, ExampleMaker(tokenizer.backend_tokenizer, mix, rng), args.context, rng)
         record = train_model(model, batches, cfg, name, checkpoint=checkpoint,
@@ -374,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         run_keys = ("steps", "train_tokens", "train_seconds", "lr", "seed")
         runs = previous.get("runs", [{k: previous.get(k) for k in run_keys}] if previous else [])
         runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")}
-                    | {"lr": cfg.lr, "seed": cfg.seed, "phases": record.pop("phases"), "data_sources": sources,
+                    | {"lr": cfg.lr, "seed": cfg.seed, "previous_token_head": args.previous_token_head, "phases": record.pop("phases"), "data_sources": sources,
                        "copy_probe": probe(model)})
         record.update(runs=runs, steps=sum(r["steps"] for r in runs), train_tokens=sum(r["train_tokens"] for r in runs),
                       train_seconds=round(sum(r["train_seconds"] for r in runs), 1))
