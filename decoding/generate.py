@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from decoding.adaptive import VerifyCost
 from decoding.drafters.base import DraftContext, Drafter
 from decoding.kv_cache import KVCacheState
 from decoding.sampling import SamplingParams, processed_probs
@@ -129,6 +130,7 @@ class SpeculativeGenerator:
         self.state = KVCacheState(model)
         self.default_stop_ids = end_of_sequence_ids(model, tokenizer)
         self._verify_ms = 0.0  # EMA of one verify pass, handed to drafters for cost estimates
+        self.verify_cost = VerifyCost()  # pass time against tokens fed, for the draft-length policy
 
     def _generator(self, seed: int | None) -> torch.Generator:
         generator = torch.Generator(device=self.model.device)
@@ -207,9 +209,10 @@ class SpeculativeGenerator:
                 t0 = time.perf_counter()
                 # With a seed, drafting decisions must not depend on wall-clock timing, or the same seed
                 # would consume the random stream differently from run to run: no timing is passed.
-                verify_ms = self._verify_ms if config.seed is None else 0.0
-                draft = drafter.propose(DraftContext(committed, budget, config.sampling, generator, verify_ms,
-                                                     config.draft_min_confidence))
+                timed = config.seed is None
+                draft = drafter.propose(DraftContext(
+                    committed, budget, config.sampling, generator, self._verify_ms if timed else 0.0,
+                    config.draft_min_confidence, self.verify_cost.cost_per_token() if timed else None))
                 stats.ms["draft"] += 1000 * (time.perf_counter() - t0)
             tree = draft.tree if draft is not None else None
             draft_tokens = draft.tokens[:budget] if draft is not None and tree is None else []
@@ -234,6 +237,7 @@ class SpeculativeGenerator:
             stats.ms["verify"] += elapsed
             stats.target_passes += 1
             self._verify_ms = elapsed if self._verify_ms == 0 else 0.8 * self._verify_ms + 0.2 * elapsed
+            self.verify_cost.record(1 + drafted, elapsed)
 
             new_tokens = [*draft_tokens[: result.num_accepted], result.next_token]
             num_committed = 0

@@ -171,6 +171,7 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
     """Figures from the client's samples joined (in request order) with the server's trace records."""
     ids = sorted(records)
     latencies, single, overhead, hits, passes = [], [], [], [], []
+    parts: dict[str, list[float]] = {}  # overhead by stage; "other": transport, JSON-RPC, event loop
     cancelled = 0
     for sample, request_id in zip(samples, ids):
         record = records[request_id]
@@ -189,6 +190,9 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
             single.append(latency)
         model_ms = sum(record["ms"].get(k, 0.0) for k in ("prefill", "draft", "verify"))
         overhead.append(latency - model_ms)
+        server = {k: record["ms"].get(k, 0.0) for k in ("queue", "context", "postprocess")}
+        for stage, ms in (*server.items(), ("other", latency - model_ms - sum(server.values()))):
+            parts.setdefault(stage, []).append(ms)
         passes.append(record["tokens_per_pass"])
     answered = len(samples) - cancelled
     return {
@@ -198,6 +202,8 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
                        "p99": percentile(latencies, 99), "count": len(latencies)},
         "single_line_latency_ms": {"p50": percentile(single, 50), "p95": percentile(single, 95), "count": len(single)},
         "overhead_ms": {"p50": percentile(overhead, 50), "p95": percentile(overhead, 95)},
+        "overhead_parts_ms": {stage: {"p50": percentile(values, 50), "p95": percentile(values, 95)}
+                              for stage, values in parts.items()},
         "cache_hit_ms": {"p50": percentile(hits, 50), "p95": percentile(hits, 95), "count": len(hits)},
         "cache_hit_rate": round(len(hits) / answered, 4) if answered else 0.0,
         "cancelled": cancelled,
@@ -213,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
-    for key in ("requests", "latency_ms", "single_line_latency_ms", "overhead_ms", "cache_hit_ms",
+    for key in ("requests", "latency_ms", "single_line_latency_ms", "overhead_ms", "overhead_parts_ms", "cache_hit_ms",
                 "cache_hit_rate", "cancelled", "tokens_per_pass"):
         print(f"{key:<24} {json.dumps(result[key])}")
     return 0

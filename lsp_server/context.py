@@ -30,6 +30,7 @@ REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
 _MAX_CHARS_PER_TOKEN = 8  # pre-trim before tokenising; a longer token only means fewer tokens kept
 _ANCHOR_CHARS = 4096  # the pre-trim's start moves in steps of this many characters
 _ANCHOR_TOKENS = 128  # the prefix's first token moves in steps of this many tokens
+_LINE_SEARCH_TOKENS = 64  # how far the cut looks for a token that starts exactly at a line start
 
 
 @dataclass(frozen=True)
@@ -82,12 +83,21 @@ def _keep_tail(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
     over = max(0, len(ids) - budget)
     step = min(_ANCHOR_TOKENS, max(1, budget // 4))
     first = min(len(ids) - 1, -(-over // step) * step) if over else 0  # rounded up to a step
-    cut = offsets[first][0] if ids else 0
-    newline = text.find("\n", max(cut - 1, 0))
-    if newline != -1 and newline + 1 < len(text):
-        cut = newline + 1
-    kept = text[cut:]
-    return kept, tokenizer.encode(kept, add_special_tokens=False)
+    if not ids:
+        return "", []
+    newline = text.find("\n", max(offsets[first][0] - 1, 0))
+    if newline != -1:  # move the cut to the next token that starts a line
+        line_start = newline + 1
+        while first < len(ids) - 1 and offsets[first][0] < line_start:
+            first += 1
+        for candidate in range(first, min(first + _LINE_SEARCH_TOKENS, len(ids))):
+            at = offsets[candidate][0]
+            if text[at - 1 : at] == "\n":  # some tokenizers glue a line break to the next indentation
+                first = candidate
+                break
+    # The kept tokens are the ones the whole window tokenised to (BPE works within pre-tokens, so they
+    # are what the model would see in the file itself); no second tokenisation of the kept text.
+    return text[offsets[first][0]:], ids[first:]
 
 
 def _keep_head(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
@@ -99,12 +109,12 @@ def _keep_head(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
     if len(ids) <= budget:
         return text, ids
-    cut = offsets[budget - 1][1]
-    newline = text.rfind("\n", 0, cut)
-    if newline > 0:
-        cut = newline + 1
-    kept = text[:cut]
-    return kept, tokenizer.encode(kept, add_special_tokens=False)
+    last = budget  # tokens kept: ids[:last]
+    line_end = text.rfind("\n", 0, offsets[budget - 1][1])
+    if line_end > 0:
+        while last > 1 and offsets[last - 1][1] > line_end + 1:
+            last -= 1
+    return text[: offsets[last - 1][1]], ids[:last]
 
 
 def knows_repo_format(tokenizer) -> bool:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from decoding.adaptive import DraftLengthPolicy, expected_gain, expected_tokens_per_pass
+import pytest
+
+from decoding.adaptive import DraftLengthPolicy, VerifyCost, expected_gain, expected_tokens_per_pass
 from decoding.drafters.base import DraftContext
 from decoding.drafters.ngram import NgramConfig, NgramDrafter, NgramIndex
 from decoding.sampling import SamplingParams
@@ -59,10 +61,42 @@ def test_policy_shortens_drafts_for_failing_sources_and_lengthens_for_hitting_on
     for _ in range(30):
         policy.update("bad", 4, 0)
         policy.update("good", 4, 4)
-    assert policy.choose("bad") == 1
     assert policy.choose("good") == 8 and policy.choose("good", limit=3) == 3
     assert policy.best_gain("good") > policy.best_gain("bad")
     assert policy.choose("good", limit=0) == 0 and policy.best_gain("good", limit=0) == 1.0
+    # Acceptance ~0.03 is below the cost of verifying one more token (0.1): no draft at all...
+    assert policy.choose("bad") == 0 and policy.best_gain("bad") == 1.0
+    # ...until the source has sat out long enough for its estimate to drift back toward the prior.
+    rounds = 0
+    while policy.choose("bad") == 0:
+        policy.idle("bad")
+        rounds += 1
+    assert 1 < rounds < 40 and policy.choose("bad") >= 1
+
+
+def test_cheap_verification_makes_drafts_longer():
+    """The same acceptance gives longer drafts when verifying a token costs less (a GPU) than more (a CPU)."""
+    policy = DraftLengthPolicy(max_k=16)
+    for _ in range(5):
+        policy.update("src", 4, 3)
+    policy.set_verify_cost(0.01)
+    long = policy.choose("src")
+    policy.set_verify_cost(0.3)
+    short = policy.choose("src")
+    assert long > short >= 1
+
+
+def test_verify_cost_fits_time_against_tokens_fed():
+    cost = VerifyCost(min_passes=4)
+    assert cost.cost_per_token() is None
+    for n in (1, 1, 5, 5, 9, 9):
+        cost.record(n, 20.0 + 2.0 * (n - 1))  # 20 ms for one token, 2 ms per extra token
+    cost.record(5, 500.0)  # one stalled pass: the per-size median ignores it
+    assert cost.cost_per_token() == pytest.approx(0.1)
+    single = VerifyCost(min_passes=2)
+    for _ in range(5):
+        single.record(1, 20.0)
+    assert single.cost_per_token() is None  # one size only: no slope to fit
 
 
 def test_token_buffer_finds_what_the_index_finds():
