@@ -5,7 +5,8 @@ State kept between calls, because completions for one document arrive keystroke 
 
 * the target's KV cache (prompt prefix reuse) and the draft model's KV cache;
 * the adaptive policy's acceptance and cost estimates;
-* n-gram indexes of extra token sources, keyed by the caller's version of each source.
+* one n-gram store of the extra token sources (other buffers, parts of the document, repository
+  files), updated per source when the caller's version of a source changes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from decoding.adaptive import DraftLengthPolicy
 from decoding.drafters.adaptive import AdaptiveDrafter
 from decoding.drafters.base import Drafter
 from decoding.drafters.draft_model import ModelDrafter
-from decoding.drafters.ngram import NgramConfig, NgramDrafter, NgramIndex
+from decoding.drafters.ngram import NgramConfig, NgramDrafter
+from decoding.drafters.ngram_store import NgramStore
 from decoding.generate import Generation, GenerationConfig, SpeculativeGenerator
 from decoding.loading import (
     NO_DRAFT,
@@ -62,7 +64,7 @@ class Engine:
         self.generator = SpeculativeGenerator(target.model, target.tokenizer)
         self.model_drafter = ModelDrafter(draft.model, target.vocab_size) if draft is not None else None
         self.policy = DraftLengthPolicy()  # each generation caps k with GenerationConfig.max_draft_tokens
-        self._sources: dict[str, tuple[object, NgramIndex]] = {}
+        self.sources = NgramStore(config.ngram)  # extra draft sources, kept between generations
         vocab = self.tokenizer.get_vocab()
         #: Ids that end a completion: every special token (FIM markers, end of text, chat markers...)
         #: and the model's end-of-sequence ids. A special token never belongs in inserted code.
@@ -89,24 +91,21 @@ class Engine:
             check_draft_compatible(target, draft)
         return cls(config, target, draft)
 
-    def source_index(self, name: str, version: object, text: str) -> NgramIndex:
-        """The n-gram index of an extra source's text, rebuilt only when ``version`` changes."""
-        cached = self._sources.get(name)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        index = NgramIndex(self.config.ngram, self.tokenizer.encode(text, add_special_tokens=False, verbose=False))
-        self._sources[name] = (version, index)
-        return index
+    def sync_sources(self, wanted: dict[str, tuple[object, str]]) -> None:
+        """Make the n-gram store hold exactly ``wanted`` (``{name: (version, text)}``): sources not
+        named are dropped, and a source is tokenised and indexed only when new or at a new version."""
+        self.sources.sync(wanted, encode=lambda text: self.tokenizer.encode(text, add_special_tokens=False, verbose=False))
 
     def forget_source(self, name: str) -> None:
-        """Drop a source's index (e.g. its buffer was closed): it never proposes its old text again.
+        """Drop a source (e.g. its buffer was closed): it never proposes its old text again.
         Sources named ``name#part`` (parts of that document) go with it."""
-        for key in [k for k in self._sources if k == name or k.startswith(name + "#")]:
-            self._sources.pop(key, None)
+        for key in [k for k in self.sources.names() if k == name or k.startswith(name + "#")]:
+            self.sources.remove(key)
 
-    def drafter(self, mode: str, sources: dict[str, NgramIndex] | None = None) -> Drafter | None:
+    def drafter(self, mode: str, sources: NgramStore | dict[str, list[int]] | None = None) -> Drafter | None:
         """The drafter for ``mode``: ``auto`` (n-gram, then the draft model), ``ngram``, ``tree`` (n-gram
-        candidate trees), ``model`` or ``none``.
+        candidate trees), ``model`` or ``none``. N-gram drafts come from the committed tokens and
+        ``sources`` (default: the engine's store, see :meth:`sync_sources`).
 
         Raises:
             ValueError: an unknown mode, or ``model`` without a draft model loaded.
@@ -115,6 +114,7 @@ class Engine:
             raise ValueError(f"unknown drafter {mode!r}; use one of {', '.join(DRAFTER_MODES)}")
         if mode == "none":
             return None
+        sources = self.sources if sources is None else sources
         ngram = NgramDrafter(self.config.ngram, sources)
         if mode == "ngram":
             return AdaptiveDrafter([ngram], self.policy)
@@ -139,7 +139,7 @@ class Engine:
         prompt_ids: list[int],
         config: GenerationConfig,
         mode: str = "auto",
-        sources: dict[str, NgramIndex] | None = None,
+        sources: NgramStore | dict[str, list[int]] | None = None,
         should_stop: Callable[[], bool] | None = None,
     ) -> Generation:
         """Generate with the drafter for ``mode``; see :meth:`SpeculativeGenerator.generate`."""

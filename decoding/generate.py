@@ -46,12 +46,18 @@ class GenerationConfig:
     max_draft_tokens: int = 8  # k at most per round
     draft_min_confidence: float = 0.0  # a draft model stops drafting at a token it gives less than this
     seed: int | None = None  # random source for sampling, and timing-independent drafting; None: nondeterministic
+    #: With ``should_stop``, the prompt is prefilled in pieces of this many tokens and ``should_stop`` is
+    #: polled between them, so a superseded request stops within one piece; the pieces already fed stay
+    #: cached for the next prompt that shares them. 0: one piece.
+    prefill_chunk_tokens: int = 128
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.max_draft_tokens < 0:
             raise ValueError(f"max_draft_tokens must be >= 0, got {self.max_draft_tokens}")
+        if self.prefill_chunk_tokens < 0:
+            raise ValueError(f"prefill_chunk_tokens must be >= 0, got {self.prefill_chunk_tokens}")
         if not 0.0 <= self.draft_min_confidence <= 1.0:
             raise ValueError(f"draft_min_confidence must be in [0, 1], got {self.draft_min_confidence}")
         if any(not s for s in self.stop_strings):
@@ -195,7 +201,13 @@ class SpeculativeGenerator:
         stats.prefill_computed = len(pending)
         if len(pending) > 1:
             t0 = time.perf_counter()
-            self.state.forward(pending[:-1], logits_to_keep=1)
+            to_feed = pending[:-1]
+            step = config.prefill_chunk_tokens if should_stop is not None and config.prefill_chunk_tokens else len(to_feed)
+            for start in range(0, len(to_feed), step):
+                if start and should_stop():  # superseded: what is cached so far serves the next prompt
+                    output.finish_reason = FINISH_CANCELLED
+                    break
+                self.state.forward(to_feed[start : start + step], logits_to_keep=1)
             stats.ms["prefill"] += 1000 * (time.perf_counter() - t0)
 
         while output.finish_reason is None:

@@ -146,27 +146,27 @@ def complete(
     context = build_context(document, position, codec, engine.tokenizer, budget, snippets,
                             repo_names if repo_prompt else None)
     mode = decide_mode(context.prefix, context.line_suffix, document.language_id, automatic=False)
-    sources = {}
+    sources: dict[str, tuple[object, str]] = {}  # name -> (version, text) of every extra draft source
     for other in other_documents:
         if other.uri != document.uri and len(other.text) <= MAX_SOURCE_CHARS:
-            sources[other.uri] = engine.source_index(other.uri, other.version, other.model_text)
+            sources[other.uri] = (other.version, other.model_text)
     for candidate in pool:  # similar repository files
         if candidate.uri not in sources and len(candidate.text) <= MAX_SOURCE_CHARS:
-            sources[candidate.uri] = engine.source_index(candidate.uri, candidate.version, candidate.text)
+            sources[candidate.uri] = (candidate.version, candidate.text)
     if context.truncated and len(document.text) <= MAX_SOURCE_CHARS:
         # The prompt holds only part of this document: the parts above and below it are draft sources
         # too. They do not change while the user types inside the window (its start moves in steps),
-        # so their n-gram indexes are reused from keystroke to keystroke instead of rebuilt.
+        # so the store keeps their n-grams from keystroke to keystroke instead of indexing them again.
         full_prefix, full_suffix = document.model_split(offset)
         above = full_prefix[: len(full_prefix) - len(context.prefix)]
         below = full_suffix[len(context.suffix):]
         for part, text in (("above", above), ("below", below)):
             if text:
-                name = f"{document.uri}#{part}"
-                sources[name] = engine.source_index(name, (len(text), hash(text)), text)
+                sources[f"{document.uri}#{part}"] = ((len(text), hash(text)), text)
+    engine.sync_sources(sources)
     t1 = time.perf_counter()
     generation = engine.generate(context.prompt_ids, generation_config(settings, mode, engine, seed),
-                                 settings.drafter, sources, should_stop)
+                                 settings.drafter, should_stop=should_stop)
     t2 = time.perf_counter()
     insert_text = postprocess(generation.text, context, mode, document.language_id, generation.finish_reason)
     ms = {"context": 1000 * (t1 - t0), "postprocess": 1000 * (time.perf_counter() - t2)}

@@ -111,5 +111,5 @@ def test_repository_files_similar_to_the_cursor_become_draft_sources(engine, tmp
                         "python")
     engine.reset_caches()
     complete(engine, document, types.Position(line=2, character=15), UTF16, Settings(max_new_tokens=4), repo=index)
-    assert (tmp_path / "pkg" / "shapes.py").as_uri() in engine._sources  # shares identifiers: a source
-    assert (tmp_path / "pkg" / "other.py").as_uri() not in engine._sources  # nothing in common
+    assert (tmp_path / "pkg" / "shapes.py").as_uri() in engine.sources  # shares identifiers: a source
+    assert (tmp_path / "pkg" / "other.py").as_uri() not in engine.sources  # nothing in common

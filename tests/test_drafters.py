@@ -6,7 +6,8 @@ import pytest
 
 from decoding.adaptive import DraftLengthPolicy, VerifyCost, expected_gain, expected_tokens_per_pass
 from decoding.drafters.base import DraftContext
-from decoding.drafters.ngram import NgramConfig, NgramDrafter, NgramIndex
+from decoding.drafters.ngram import NgramConfig, NgramDrafter
+from decoding.drafters.ngram_store import NgramStore
 from decoding.sampling import SamplingParams
 
 
@@ -44,8 +45,9 @@ def test_index_extends_incrementally_and_rebuilds_on_edit():
     assert drafter.propose(context([1, 2, 3, 1, 2])).tokens == [3, 1, 2]
     # An edited history (not an extension) must not propose the old text.
     assert drafter.propose(context([1, 5, 3, 1, 2])) is None
-    index = NgramIndex(NgramConfig(min_ngram=1, max_ngram=2), [4, 5, 6])
-    assert index.lookup([4, 5]) == (2, 2) and index.lookup([6]) is None
+    store = NgramStore(NgramConfig(min_ngram=1, max_ngram=2))
+    store.put("a", 1, [4, 5, 6])
+    assert next(store.matches([4, 5])) == (2, [("a", 2)]) and list(store.matches([6])) == []
 
 
 def test_expected_tokens_formula():
@@ -99,18 +101,54 @@ def test_verify_cost_fits_time_against_tokens_fed():
     assert single.cost_per_token() is None  # one size only: no slope to fit
 
 
-def test_token_buffer_finds_what_the_index_finds():
-    """The committed-token search (bytes.rfind over machine words) agrees with the hashed index on
+def test_token_buffer_finds_what_the_store_finds():
+    """The committed-token search (bytes.rfind over machine words) agrees with the hashed store on
     random sequences, including ids whose bytes could match across word boundaries."""
     import random
 
-    from decoding.drafters.ngram import NgramConfig, NgramIndex, TokenBuffer
+    from decoding.drafters.ngram import NgramConfig, TokenBuffer
 
     rng = random.Random(0)
     config = NgramConfig(min_ngram=2, max_ngram=4)
     for _ in range(200):
         tokens = [rng.choice([1, 2, 3, 256, 257, 65536 + 1, 16777216]) for _ in range(rng.randint(2, 60))]
-        index, buffer = NgramIndex(config, tokens), TokenBuffer(config, tokens[:5])
+        store, buffer = NgramStore(config, max_per_key=TokenBuffer.MAX_POSITIONS), TokenBuffer(config, tokens[:5])
+        store.put("s", 0, tokens)
         buffer.extend(tokens[5:])
         suffix = tokens[-rng.randint(2, 4):]
-        assert list(buffer.matches(suffix)) == list(index.matches(suffix)), (tokens, suffix)
+        from_store = [(n, [position for _, position in places]) for n, places in store.matches(suffix)]
+        assert list(buffer.matches(suffix)) == from_store, (tokens, suffix)
+
+
+def test_store_updates_per_source_and_never_proposes_old_text():
+    config = NgramConfig(min_ngram=2, max_ngram=3)
+    store = NgramStore(config)
+    store.put("a.py", 1, [1, 2, 3, 10, 11])
+    store.put("b.py", 1, [1, 2, 3, 20, 21])
+    drafter = NgramDrafter(config, store)
+    # Equal match length: the most recently indexed source first; a tree offers both.
+    assert drafter.propose(context([7, 1, 2, 3], k=2)).tokens == [20, 21]
+    tree = NgramDrafter(config, store, max_candidates=4).propose(context([7, 1, 2, 3], k=2))
+    assert sorted(tree.tree.tokens) == [10, 11, 20, 21]
+    # b.py edited: its old continuation is gone, the new one is proposed.
+    assert store.put("b.py", 2, [1, 2, 3, 30, 31]) and not store.put("b.py", 2, [0])
+    assert drafter.propose(context([7, 1, 2, 3], k=2)).tokens == [30, 31]
+    # b.py removed: only a.py is left; then sync to nothing empties the table.
+    store.sync({"a.py": (1, [1, 2, 3, 10, 11])})
+    assert store.names() == ["a.py"] and drafter.propose(context([7, 1, 2, 3], k=2)).tokens == [10, 11]
+    store.sync({})
+    assert len(store) == 0 and store._table == {} and drafter.propose(context([7, 1, 2, 3], k=2)) is None
+
+
+def test_store_lookup_reads_a_bounded_number_of_places():
+    """A thousand sources sharing an n-gram: a lookup returns at most ``max_per_key`` places, the
+    most recent first (its cost does not grow with the number of sources)."""
+    config = NgramConfig(min_ngram=2, max_ngram=2)
+    store = NgramStore(config, max_per_key=8)
+    for i in range(1000):
+        store.put(f"f{i}", 0, [5, 6, 100 + i])
+    (n, places), = store.matches([5, 6])
+    assert n == 2 and places == [(f"f{i}", 2) for i in range(999, 991, -1)]
+    with pytest.raises(ValueError):
+        NgramDrafter(NgramConfig(min_ngram=1, max_ngram=2), store)
+

@@ -130,6 +130,27 @@ def test_cancellation_between_rounds(target_model, toy_tokenizer):
     assert generator.state.token_ids == PROMPT + result.token_ids[:-1]
 
 
+def test_cancellation_inside_a_chunked_prefill_keeps_the_fed_chunks(target_model, toy_tokenizer):
+    """A long prompt is prefilled in chunks; cancelled after the first, the generation stops there,
+    the cache holds exactly that chunk, and the next request reuses it and gives the plain output."""
+    prompt = [(7 * i) % 40 + 1 for i in range(150)]
+    config = GenerationConfig(max_new_tokens=6, prefill_chunk_tokens=64)
+    polls = []
+
+    def stop_after_first_chunk() -> bool:  # polled before the prefill, then between chunks
+        polls.append(1)
+        return len(polls) > 1
+
+    generator = SpeculativeGenerator(target_model, toy_tokenizer)
+    result = generator.generate(prompt, None, config, should_stop=stop_after_first_chunk)
+    assert result.finish_reason == "cancelled" and result.token_ids == [] and len(polls) == 2
+    assert generator.state.token_ids == prompt[:64]
+    second = generator.generate(prompt, None, config, should_stop=lambda: False)
+    assert second.stats.prefill_reused == 64
+    plain = SpeculativeGenerator(target_model, toy_tokenizer).generate(prompt, None, config)
+    assert second.token_ids == plain.token_ids and second.finish_reason == plain.finish_reason
+
+
 def test_cancelled_before_start_does_no_work(target_model, toy_tokenizer):
     generator = SpeculativeGenerator(target_model, toy_tokenizer)
     result = generator.generate(PROMPT, None, GenerationConfig(max_new_tokens=20), should_stop=lambda: True)

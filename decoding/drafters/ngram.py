@@ -6,17 +6,18 @@ tokens that followed its most recent earlier occurrence are the draft. The draft
 so verification treats its draft probabilities as one-hot (Saxena 2023, "Prompt Lookup Decoding";
 Yang et al. 2023, "Inference with Reference").
 
-Lookup is a dictionary probe per n-gram length: each :class:`NgramIndex` maps every n-gram to the
-position right after its most recent occurrence, built incrementally as tokens are appended.
+The committed tokens are searched directly (:class:`TokenBuffer`); the extra sources live in one
+:class:`decoding.drafters.ngram_store.NgramStore`, a dictionary probe per n-gram length.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from decoding.drafters.base import Draft, DraftContext
+from decoding.drafters.ngram_store import NgramStore
 from decoding.tree import DraftTree
 
 
@@ -50,49 +51,6 @@ class _Lookups:
         return next(self.matches(suffix), None)
 
 
-class NgramIndex(_Lookups):
-    """n-grams of one token sequence -> positions right after their most recent occurrences.
-
-    Each n-gram keeps up to ``MAX_POSITIONS`` continuation positions with distinct next tokens, most
-    recent first, so a lookup can offer several different continuations (a candidate tree) at a cost
-    that does not grow with the sequence. Only n-grams followed by at least one token are indexed,
-    so the sequence's own suffix never matches itself.
-    """
-
-    MAX_POSITIONS = 4
-
-    def __init__(self, config: NgramConfig, tokens: Sequence[int] = ()):
-        self.config = config
-        self.tokens: list[int] = []
-        # n-gram -> {next token: position of that next token}, least to most recent (dict order).
-        self.next_positions: dict[tuple[int, ...], dict[int, int]] = {}
-        self.extend(tokens)
-
-    def extend(self, new_tokens: Sequence[int]) -> None:
-        """Append tokens and index the n-grams that now have a continuation."""
-        for token in new_tokens:
-            end = len(self.tokens)  # the appended token continues the n-grams ending here
-            for n in range(self.config.min_ngram, min(self.config.max_ngram, end) + 1):
-                key = tuple(self.tokens[end - n : end])
-                continuations = self.next_positions.get(key)
-                if continuations is None:
-                    self.next_positions[key] = {token: end}
-                    continue
-                continuations.pop(token, None)  # re-insert: now the most recent
-                continuations[token] = end
-                if len(continuations) > self.MAX_POSITIONS:
-                    del continuations[next(iter(continuations))]  # drop the least recent
-            self.tokens.append(token)
-
-    def matches(self, suffix: Sequence[int]):
-        """``(n, positions)`` for every n-gram length that ends ``suffix`` and occurs here, longest first."""
-        top = min(self.config.max_ngram, len(suffix))
-        for n in range(top, self.config.min_ngram - 1, -1):
-            continuations = self.next_positions.get(tuple(suffix[len(suffix) - n :]))
-            if continuations:
-                yield n, list(reversed(continuations.values()))
-
-
 _WORD = array("I").itemsize  # bytes per token id in a TokenBuffer
 
 
@@ -101,11 +59,11 @@ class TokenBuffer(_Lookups):
 
     The ids live in a ``bytearray`` of machine words (``array("I")``), and an n-gram is found with
     ``bytes.rfind`` (C speed, no index to build): a new request's prompt costs a copy, not the
-    per-token dictionary updates an :class:`NgramIndex` needs. Same lookup interface as
-    :class:`NgramIndex`; for the long-lived extra sources the index stays the better structure.
+    per-token dictionary updates an index needs. For the long-lived extra sources the indexed
+    :class:`decoding.drafters.ngram_store.NgramStore` is the better structure.
     """
 
-    MAX_POSITIONS = NgramIndex.MAX_POSITIONS
+    MAX_POSITIONS = 4  # continuations with distinct next tokens returned per n-gram length
     MAX_PROBES = 64  # occurrences examined per n-gram length at most
 
     def __init__(self, config: NgramConfig, tokens: Sequence[int] = ()):
@@ -149,24 +107,31 @@ class NgramDrafter:
 
     Args:
         config: n-gram lengths.
-        sources: extra token sequences (or prebuilt :class:`NgramIndex` objects with the same
-            config, to skip re-indexing) by name, e.g. other open buffers; searched after the
-            committed tokens. On equal match length the committed tokens win, then sources in order.
+        sources: extra token sources searched after the committed tokens: an :class:`NgramStore`
+            with the same config (used as is, e.g. the engine's), or ``{name: token ids}`` (indexed
+            here). On equal match length the committed tokens win, then the most recently indexed
+            source (for a dict: the earlier entry).
+        max_candidates: more than 1 proposes a tree of that many distinct continuations.
+    Raises:
+        ValueError: a store built with another n-gram config.
     """
 
     name = "ngram"
 
     def __init__(self, config: NgramConfig | None = None,
-                 sources: dict[str, Sequence[int] | NgramIndex] | None = None,
+                 sources: NgramStore | Mapping[str, Sequence[int]] | None = None,
                  max_candidates: int = 1, max_tree_nodes: int = 32):
         self.config = config or NgramConfig()
-        self.max_candidates = max_candidates  # > 1: propose a tree of distinct continuations
+        self.max_candidates = max_candidates
         self.max_tree_nodes = max_tree_nodes
-        self.sources = {
-            name: tokens if isinstance(tokens, NgramIndex) and tokens.config == self.config
-            else NgramIndex(self.config, tokens.tokens if isinstance(tokens, NgramIndex) else tokens)
-            for name, tokens in (sources or {}).items()
-        }
+        if isinstance(sources, NgramStore):
+            if sources.config != self.config:
+                raise ValueError(f"the store's n-gram config {sources.config} is not the drafter's {self.config}")
+            self.store = sources
+        else:
+            self.store = NgramStore(self.config)
+            for name, tokens in reversed(list((sources or {}).items())):  # the first entry is the most recent
+                self.store.put(name, None, tokens)
         self._context = TokenBuffer(self.config)
 
     def _sync_context(self, token_ids: list[int]) -> None:
@@ -176,40 +141,52 @@ class NgramDrafter:
         else:
             self._context = TokenBuffer(self.config, token_ids)
 
+    def _matches(self, suffix: list[int]):
+        """``(n, order, tokens, positions)`` per match, longest first and the committed tokens
+        (order 0) before the store (order 1)."""
+        found = [(n, 0, "context", self._context.tokens, positions) for n, positions in self._context.matches(suffix)]
+        for n, places in self.store.matches(suffix):
+            for name, position in places:
+                found.append((n, 1, name, self.store.tokens(name), [position]))
+        found.sort(key=lambda m: (-m[0], m[1]))  # stable: the store's most recent places stay first
+        return found
+
     def propose(self, context: DraftContext) -> Draft | None:
         """Up to ``context.max_tokens`` tokens that followed the best match, or ``None``."""
         if context.max_tokens <= 0:
             return None
         self._sync_context(context.token_ids)
         suffix = context.token_ids[-self.config.max_ngram :]
-        best: tuple[int, str, NgramIndex, int] | None = None
-        for source_name, index in (("context", self._context), *self.sources.items()):
-            found = index.lookup(suffix)
-            if found is not None and (best is None or found[0] > best[0]):
-                best = (found[0], source_name, index, found[1])
-        if best is None:
-            return None
-        _, source_name, index, position = best
-        tokens = index.tokens[position : position + context.max_tokens]
         if self.max_candidates > 1:
-            tree = self._tree(suffix, context.max_tokens)
+            matches = self._matches(suffix)
+            if not matches:
+                return None
+            tree = self._tree(matches, context.max_tokens)
             if tree is not None and not tree.chain():
-                return Draft(tokens=list(tree.tokens), draft_probs=None, source=f"ngram-tree:{source_name}", tree=tree)
-        return Draft(tokens=tokens, draft_probs=None, source=f"ngram:{source_name}") if tokens else None
+                return Draft(tokens=list(tree.tokens), draft_probs=None, source=f"ngram-tree:{matches[0][2]}", tree=tree)
+            _, _, source_name, tokens, positions = matches[0]
+        else:
+            best = self._context.lookup(suffix)
+            source_name, tokens, position = "context", self._context.tokens, best[1] if best else 0
+            for n, places in self.store.matches(suffix):  # longest first: only the first length matters
+                if best is None or n > best[0]:
+                    source_name, position = places[0]
+                    tokens, best = self.store.tokens(source_name), (n, position)
+                break
+            if best is None:
+                return None
+            positions = [position]
+        draft = tokens[positions[0] : positions[0] + context.max_tokens]
+        return Draft(tokens=draft, draft_probs=None, source=f"ngram:{source_name}") if draft else None
 
-    def _tree(self, suffix: list[int], depth: int) -> DraftTree | None:
+    def _tree(self, matches, depth: int) -> DraftTree | None:
         """Up to ``max_candidates`` continuations with distinct first tokens, best first (longer
         match, then the committed tokens before other sources, then more recent), as a trie."""
-        matches = []
-        for order, index in enumerate((self._context, *self.sources.values())):
-            for n, positions in index.matches(suffix):
-                matches.append((-n, order, index, positions))
-        matches.sort(key=lambda m: (m[0], m[1]))
         candidates: list[list[int]] = []
         first_tokens: set[int] = set()
-        for _, _, index, positions in matches:
+        for _, _, _, tokens, positions in matches:
             for position in positions:
-                candidate = index.tokens[position : position + depth]
+                candidate = tokens[position : position + depth]
                 if candidate and candidate[0] not in first_tokens:
                     first_tokens.add(candidate[0])
                     candidates.append(candidate)

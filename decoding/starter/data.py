@@ -147,19 +147,26 @@ class ExampleMix:
 class ExampleMaker:
     """Turns text chunks into token-id examples in the training mix."""
 
-    def __init__(self, tokenizer: Tokenizer, mix: ExampleMix, rng: random.Random):
+    def __init__(self, tokenizer: Tokenizer, mix: ExampleMix, rng: random.Random, source_weight: float = 1.0):
+        """``source_weight``: loss weight of the text that a copy, edited copy or repeat reproduces
+        (0 trains only on reproducing it, which is what teaches copying; 1 is plain language modelling)."""
         self.tokenizer = tokenizer
         self.mix = mix
         self.rng = rng
+        self.source_weight = source_weight
         self.ids = {tok: tokenizer.token_to_id(tok) for tok in SPECIAL_TOKENS}
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text).ids if text else []
 
     def __call__(self, chunk: str) -> list[int]:
+        return self.weighted(chunk)[0]
+
+    def weighted(self, chunk: str) -> tuple[list[int], list[float]]:
+        """One example from ``chunk`` and the loss weight of each of its tokens."""
         draw = self.rng.random()
         if draw < self.mix.fim:
-            return self.fim(chunk)
+            return self._plain(self.fim(chunk))
         draw -= self.mix.fim
         if draw < self.mix.copy:
             return self.copy(chunk)
@@ -169,7 +176,16 @@ class ExampleMaker:
         draw -= self.mix.edit
         if draw < self.mix.random_repeat:
             return self.random_repeat()
-        return self.encode(chunk) + [self.ids["<|endoftext|>"]]
+        return self._plain(self.encode(chunk) + [self.ids["<|endoftext|>"]])
+
+    @staticmethod
+    def _plain(ids: list[int]) -> tuple[list[int], list[float]]:
+        return ids, [1.0] * len(ids)
+
+    def _reproduced(self, source: list[int], reproduction: list[int]) -> tuple[list[int], list[float]]:
+        """``source`` then its (edited) reproduction and the end of text; the source weighs ``source_weight``."""
+        ids = source + reproduction + [self.ids["<|endoftext|>"]]
+        return ids, [self.source_weight] * len(source) + [1.0] * (len(reproduction) + 1)
 
     def fim(self, chunk: str) -> list[int]:
         """PSM order: prefix, suffix, then the middle the model learns to write."""
@@ -194,14 +210,14 @@ class ExampleMaker:
             + [self.ids["<|endoftext|>"]]
         )
 
-    def copy(self, chunk: str) -> list[int]:
+    def copy(self, chunk: str) -> tuple[list[int], list[float]]:
         """The chunk, then a contiguous line span of it again."""
         lines = chunk.splitlines(keepends=True)
         first = self.rng.randrange(len(lines))
         last = min(len(lines), first + self.rng.randint(3, 40))
-        return self.encode(chunk + "".join(lines[first:last])) + [self.ids["<|endoftext|>"]]
+        return self._reproduced(self.encode(chunk), self.encode("".join(lines[first:last])))
 
-    def edit(self, chunk: str) -> list[int]:
+    def edit(self, chunk: str) -> tuple[list[int], list[float]]:
         """The chunk, then an edited copy of a contiguous line span of it."""
         lines = chunk.splitlines(keepends=True)
         first = self.rng.randrange(len(lines))
@@ -221,7 +237,7 @@ class ExampleMaker:
             edited = span[:at] + span[at + 1 :]
         else:
             edited = span
-        return self.encode(chunk + "".join(edited)) + [self.ids["<|endoftext|>"]]
+        return self._reproduced(self.encode(chunk), self.encode("".join(edited)))
 
     def _renamed(self, span: list[str]) -> list[str]:
         text = "".join(span)
@@ -247,9 +263,9 @@ class ExampleMaker:
                 return span[:index] + [head + comma + arg + line[match.start():]] + span[index + 1 :]
         return self._renamed(span)
 
-    def random_repeat(self) -> list[int]:
+    def random_repeat(self) -> tuple[list[int], list[float]]:
         """A random run of 16-128 ordinary token ids, then the same run once or twice more."""
         vocab = self.tokenizer.get_vocab_size()
         run = [self.rng.randrange(len(SPECIAL_TOKENS), vocab) for _ in range(self.rng.randint(16, 128))]
-        return run * self.rng.randint(2, 3) + [self.ids["<|endoftext|>"]]
+        return self._reproduced(run, run * self.rng.randint(1, 2))
 

@@ -104,19 +104,25 @@ def wrap_tokenizer(tokenizer) -> PreTrainedTokenizerFast:
 
 
 class Batches:
-    """Random packed sequences of ``context + 1`` tokens drawn from the example mix."""
+    """Random packed sequences of ``context + 1`` tokens drawn from the example mix, with the loss
+    weight of each token (see :meth:`ExampleMaker.weighted`)."""
 
     def __init__(self, chunks: list[str], maker: ExampleMaker, context: int, rng: random.Random):
         self.chunks, self.maker, self.context, self.rng = chunks, maker, context, rng
 
-    def sequence(self) -> list[int]:
+    def sequence(self) -> tuple[list[int], list[float]]:
         ids: list[int] = []
+        weights: list[float] = []
         while len(ids) < self.context + 1:
-            ids.extend(self.maker(self.rng.choice(self.chunks)))
-        return ids[: self.context + 1]
+            example, example_weights = self.maker.weighted(self.rng.choice(self.chunks))
+            ids.extend(example)
+            weights.extend(example_weights)
+        return ids[: self.context + 1], weights[: self.context + 1]
 
-    def __call__(self, batch_size: int) -> torch.Tensor:
-        return torch.tensor([self.sequence() for _ in range(batch_size)])  # (B, T + 1)
+    def __call__(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ids, weights)``, both ``(B, T + 1)``; ids int64, weights float32."""
+        rows = [self.sequence() for _ in range(batch_size)]
+        return torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows])
 
 
 def lr_at(cfg: TrainConfig, step: int, progress: float) -> float:
@@ -217,9 +223,12 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
             lr = lr_at(cfg, step, max(elapsed / budget_s, step / cfg.max_steps))
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            batch = batches(cfg.batch_size)  # (B, T + 1)
+            batch, weights = batches(cfg.batch_size)  # (B, T + 1) each
             logits = model(input_ids=batch[:, :-1]).logits  # (B, T, V)
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+            per_token = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten(),
+                                                          reduction="none")  # (B * T,)
+            target_weights = weights[:, 1:].flatten()  # (B * T,)
+            loss = (per_token * target_weights).sum() / target_weights.sum().clamp(min=1.0)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -308,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mix", type=_mix, default=ExampleMix(fim=0.3, copy=0.2, edit=0.25, random_repeat=0.05),
                         help="fractions FIM,COPY,EDIT,RANDOM_REPEAT of the examples; plain text is the rest "
                              "(default 0.3,0.2,0.25,0.05)")
+    parser.add_argument("--source-weight", type=float, default=1.0,
+                        help="loss weight of the text a copy or edited copy reproduces (0: train only on the "
+                             "reproduction, a copying phase; default 1)")
     parser.add_argument("--no-site-packages", dest="site_packages", action="store_false",
                         help="train on the standard library only (by default the installed packages' .py files join)")
     parser.add_argument("--held-out", nargs="+", default=list(DEFAULT_HELD_OUT))
@@ -376,10 +388,11 @@ def main(argv: list[str] | None = None) -> int:
                           seed=args.seed + earlier_runs, lr=args.lr, warmup_steps=10 if previous else 30,
                           probe_every=args.probe_every)
         rng = random.Random(cfg.seed)
-        batches = Batches(chunks, ExampleMaker(tokenizer.backend_tokenizer, mix, rng), args.context, rng)
+        maker = ExampleMaker(tokenizer.backend_tokenizer, mix, rng, source_weight=args.source_weight)
+        batches = Batches(chunks, maker, args.context, rng)
         record = train_model(model, batches, cfg, name, checkpoint=checkpoint,
                              log_path=args.work_dir / "train.log.jsonl", probe=probe,
-                             phase={"data_mix": asdict(mix)})
+                             phase={"data_mix": asdict(mix), "source_weight": args.source_weight})
         run_keys = ("steps", "train_tokens", "train_seconds", "lr", "seed")
         runs = previous.get("runs", [{k: previous.get(k) for k in run_keys}] if previous else [])
         runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")}

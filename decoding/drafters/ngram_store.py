@@ -1,0 +1,135 @@
+"""Many named token sources (open buffers, parts of the current document, repository files) in one
+n-gram table, for the n-gram drafter.
+
+One dictionary maps each n-gram (``min_ngram`` to ``max_ngram`` tokens) to the places it was followed
+by a token, across all sources: ``{(source, next token): position}``, least to most recently indexed.
+A lookup is one probe per n-gram length and reads at most ``max_per_key`` entries, so its cost does
+not grow with the number of sources or their size (hashed n-grams to positions; a suffix automaton
+would answer longer matches but cannot drop one source's text without a rebuild).
+
+Updates are per source: :meth:`NgramStore.put` indexes a new or changed source (its old text is
+removed first) and :meth:`NgramStore.remove` takes a source's entries out again, so a removed or
+edited source never proposes its old text. Each n-gram keeps the ``max_per_key`` most recent entries
+(distinct source and next token); entries of other sources evicted by that cap do not come back when
+a source is removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass
+class _Source:
+    version: object
+    tokens: list[int]
+
+
+class NgramStore:
+    """The n-gram table of a set of named token sources.
+
+    Args:
+        config: n-gram lengths (a :class:`decoding.drafters.ngram.NgramConfig`).
+        max_per_key: entries kept per n-gram, most recent first.
+    """
+
+    def __init__(self, config, max_per_key: int = 8):
+        if max_per_key < 1:
+            raise ValueError(f"max_per_key must be >= 1, got {max_per_key}")
+        self.config = config
+        self.max_per_key = max_per_key
+        self._sources: dict[str, _Source] = {}
+        self._table: dict[tuple[int, ...], dict[tuple[str, int], int]] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._sources
+
+    def __len__(self) -> int:
+        return len(self._sources)
+
+    def names(self) -> list[str]:
+        """Source names, least to most recently indexed."""
+        return list(self._sources)
+
+    def version(self, name: str) -> object:
+        """The version ``name`` was indexed at (``KeyError`` when it is not here)."""
+        return self._sources[name].version
+
+    def tokens(self, name: str) -> list[int]:
+        """The token ids of source ``name`` (``KeyError`` when it is not here)."""
+        return self._sources[name].tokens
+
+    def total_tokens(self) -> int:
+        return sum(len(s.tokens) for s in self._sources.values())
+
+    def _keys(self, tokens: list[int]) -> Iterator[tuple[tuple[int, ...], int, int]]:
+        """(n-gram, next token, its position) for every n-gram of ``tokens`` followed by a token."""
+        low, high = self.config.min_ngram, self.config.max_ngram
+        for end in range(low, len(tokens)):
+            for n in range(low, min(high, end) + 1):
+                yield tuple(tokens[end - n : end]), tokens[end], end
+
+    def put(self, name: str, version: object, tokens: Sequence[int]) -> bool:
+        """Index ``tokens`` as source ``name`` at ``version``; a different earlier version is removed
+        first. Returns whether anything changed (``False``: that version is already indexed)."""
+        held = self._sources.get(name)
+        if held is not None and held.version == version:
+            return False
+        if held is not None:
+            self.remove(name)
+        source = _Source(version, list(tokens))
+        self._sources[name] = source
+        table, cap = self._table, self.max_per_key
+        for key, next_token, position in self._keys(source.tokens):
+            entries = table.get(key)
+            if entries is None:
+                table[key] = {(name, next_token): position}
+                continue
+            entry = (name, next_token)
+            entries.pop(entry, None)  # re-insert: now the most recent
+            entries[entry] = position
+            if len(entries) > cap:
+                del entries[next(iter(entries))]  # drop the least recent
+        return True
+
+    def remove(self, name: str) -> bool:
+        """Take source ``name`` out of the table; ``False`` when it was not here."""
+        source = self._sources.pop(name, None)
+        if source is None:
+            return False
+        table = self._table
+        for key, next_token, _ in self._keys(source.tokens):
+            entries = table.get(key)
+            if entries is not None and entries.pop((name, next_token), None) is not None and not entries:
+                del table[key]
+        return True
+
+    def sync(self, wanted: Mapping[str, tuple[object, Sequence[int] | None]], encode=None) -> None:
+        """Make the store hold exactly ``wanted``: ``{name: (version, tokens)}``.
+
+        Sources not in ``wanted`` are removed; new ones or ones at another version are indexed. With
+        ``encode``, ``tokens`` may be text, encoded only when that source needs indexing.
+        """
+        for name in [n for n in self._sources if n not in wanted]:
+            self.remove(name)
+        for name, (version, content) in wanted.items():
+            held = self._sources.get(name)
+            if held is None or held.version != version:
+                self.put(name, version, encode(content) if encode is not None else content)
+
+    def matches(self, suffix: Sequence[int]) -> Iterator[tuple[int, list[tuple[str, int]]]]:
+        """``(n, [(source, continuation position), ...])`` for every n-gram length ending ``suffix``
+        that occurs here, longest first; places most recently indexed first, with distinct next tokens."""
+        top = min(self.config.max_ngram, len(suffix))
+        for n in range(top, self.config.min_ngram - 1, -1):
+            entries = self._table.get(tuple(suffix[len(suffix) - n :]))
+            if not entries:
+                continue
+            seen: set[int] = set()
+            places = []
+            for (name, next_token), position in reversed(entries.items()):
+                if next_token not in seen:
+                    seen.add(next_token)
+                    places.append((name, position))
+            yield n, places
