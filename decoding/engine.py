@@ -3,7 +3,9 @@
 Callers above the engine (the CLI, the language server) speak token ids and text; tensors stay here.
 State kept between calls, because completions for one document arrive keystroke after keystroke:
 
-* the target's KV cache (prompt prefix reuse) and the draft model's KV cache;
+* the target's and the draft model's KV caches, one pair per cache key (a document) for the
+  ``PROMPT_CACHES`` most recently used keys: a prompt reuses the longest common token prefix with the
+  previous prompt of the same document, also after the user worked in another file meanwhile;
 * the adaptive policy's acceptance and cost estimates;
 * one n-gram store of the extra token sources (other buffers, parts of the document, repository
   files), updated per source when the caller's version of a source changes.
@@ -12,6 +14,7 @@ State kept between calls, because completions for one document arrive keystroke 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +25,7 @@ from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramConfig, NgramDrafter
 from decoding.drafters.ngram_store import NgramStore
 from decoding.generate import Generation, GenerationConfig, SpeculativeGenerator
+from decoding.kv_cache import KVCacheState
 from decoding.loading import (
     NO_DRAFT,
     STARTER_DRAFT,
@@ -35,6 +39,7 @@ log = logging.getLogger(__name__)
 
 DRAFTER_MODES = ("auto", "ngram", "tree", "model", "none")
 TREE_CANDIDATES = 4  # distinct n-gram continuations verified together in "tree" mode
+PROMPT_CACHES = 4  # documents whose KV caches are kept between requests
 
 #: FIM and repository special tokens (Qwen2.5-Coder names) that end a fill-in-the-middle answer.
 FIM_STOP_TOKENS = ("<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
@@ -64,6 +69,7 @@ class Engine:
         self.generator = SpeculativeGenerator(target.model, target.tokenizer)
         self.model_drafter = ModelDrafter(draft.model, target.vocab_size) if draft is not None else None
         self.policy = DraftLengthPolicy()  # each generation caps k with GenerationConfig.max_draft_tokens
+        self._caches: OrderedDict[object, tuple[KVCacheState, KVCacheState | None]] = OrderedDict()
         self.sources = NgramStore(config.ngram)  # extra draft sources, kept between generations
         vocab = self.tokenizer.get_vocab()
         #: Ids that end a completion: every special token (FIM markers, end of text, chat markers...)
@@ -98,7 +104,9 @@ class Engine:
 
     def forget_source(self, name: str) -> None:
         """Drop a source (e.g. its buffer was closed): it never proposes its old text again.
-        Sources named ``name#part`` (parts of that document) go with it."""
+        Sources named ``name#part`` (parts of that document) go with it, and so do the KV caches kept
+        under the cache key ``name``."""
+        self._caches.pop(name, None)
         for key in [k for k in self.sources.names() if k == name or k.startswith(name + "#")]:
             self.sources.remove(key)
 
@@ -129,10 +137,25 @@ class Engine:
         return AdaptiveDrafter([ngram, self.model_drafter], self.policy)
 
     def reset_caches(self) -> None:
-        """Forget the cached prompt of the target and the draft model (the next prompt is prefilled cold)."""
+        """Forget the cached prompts of the target and the draft model (the next prompt is prefilled cold)."""
+        self._caches.clear()
         self.generator.state.rollback(0)
         if self.model_drafter is not None:
             self.model_drafter.state.rollback(0)
+
+    def _use_cache(self, key: object) -> None:
+        """Point the generator and the draft model at the KV caches of ``key`` (least recently used
+        keys beyond ``PROMPT_CACHES`` are dropped)."""
+        states = self._caches.pop(key, None)
+        if states is None:
+            states = (KVCacheState(self.target.model),
+                      KVCacheState(self.model_drafter.model) if self.model_drafter is not None else None)
+        self._caches[key] = states
+        while len(self._caches) > PROMPT_CACHES:
+            self._caches.popitem(last=False)
+        self.generator.state = states[0]
+        if self.model_drafter is not None:
+            self.model_drafter.state = states[1]
 
     def generate(
         self,
@@ -141,6 +164,13 @@ class Engine:
         mode: str = "auto",
         sources: NgramStore | dict[str, list[int]] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        cache_key: object = None,
     ) -> Generation:
-        """Generate with the drafter for ``mode``; see :meth:`SpeculativeGenerator.generate`."""
+        """Generate with the drafter for ``mode``; see :meth:`SpeculativeGenerator.generate`.
+
+        Args:
+            cache_key: whose KV caches to use (e.g. a document URI); ``None``: the ones used last.
+        """
+        if cache_key is not None:
+            self._use_cache(cache_key)
         return self.generator.generate(prompt_ids, self.drafter(mode, sources), config, should_stop)

@@ -166,7 +166,7 @@ def complete(
     engine.sync_sources(sources)
     t1 = time.perf_counter()
     generation = engine.generate(context.prompt_ids, generation_config(settings, mode, engine, seed),
-                                 settings.drafter, should_stop=should_stop)
+                                 settings.drafter, should_stop=should_stop, cache_key=document.uri)
     t2 = time.perf_counter()
     insert_text = postprocess(generation.text, context, mode, document.language_id, generation.finish_reason)
     ms = {"context": 1000 * (t1 - t0), "postprocess": 1000 * (time.perf_counter() - t2)}

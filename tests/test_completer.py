@@ -113,3 +113,20 @@ def test_repository_files_similar_to_the_cursor_become_draft_sources(engine, tmp
     complete(engine, document, types.Position(line=2, character=15), UTF16, Settings(max_new_tokens=4), repo=index)
     assert (tmp_path / "pkg" / "shapes.py").as_uri() in engine.sources  # shares identifiers: a source
     assert (tmp_path / "pkg" / "other.py").as_uri() not in engine.sources  # nothing in common
+
+
+def test_each_document_keeps_its_own_prompt_cache(engine):
+    """Working in another file in between does not cost the first file its cached prompt; a closed
+    document's caches go; outputs equal a cold start."""
+    config = GenerationConfig(max_new_tokens=4)
+    texts = read_texts(stdlib_files(want_held_out=True)[:2])
+    prompt_a, prompt_b = (engine.tokenizer.encode(t[:1500]) for t in texts)
+    engine.reset_caches()
+    engine.generate(prompt_a, config, "none", cache_key="a")
+    engine.generate(prompt_b, config, "none", cache_key="b")
+    again = engine.generate(prompt_a + [prompt_b[0]], config, "none", cache_key="a")
+    assert again.stats.prefill_reused == len(prompt_a)  # only the new token is computed
+    cold = engine.generate(prompt_a + [prompt_b[0]], config, "none", cache_key="fresh")
+    assert cold.stats.prefill_reused == 0 and cold.token_ids == again.token_ids
+    engine.forget_source("a")
+    assert engine.generate(prompt_a, config, "none", cache_key="a").stats.prefill_reused == 0
