@@ -9,6 +9,10 @@ be set directly: a query and a key that do not depend on the input (projection b
 give an attention score that depends only on the distance between the two positions, and choosing the
 query's phase per frequency makes that score peak at distance one.
 
+Training writes the head again after every optimizer step (``train.py``), so its pattern stays
+fixed while the other heads learn to use it: left free, fine-tuning the trained starter target eroded
+it from 0.99 to 0.52 of its attention on the previous token within 74 steps.
+
 Measured once on the starter draft (2 layers, width 128), fine-tuned on standard-library code chunks
 followed by their repeat (loss on the repeat only, 16 x 256-token batches, lr 3e-3): the repeat's
 loss was 1.43 nats after 240 steps with this head and 3.51 without it.

@@ -19,6 +19,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -166,7 +167,7 @@ def _save_checkpoint(path: Path, state: dict) -> None:
 
 def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, name: str,
                 checkpoint: Path | None = None, log_path: Path | None = None, probe: CopyProbe | None = None,
-                phase: dict | None = None) -> dict:
+                phase: dict | None = None, after_step: Callable[[], None] | None = None) -> dict:
     """Optimise ``model`` in place; returns the steps, tokens and last training loss.
 
     Args:
@@ -177,6 +178,8 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
         probe: scored every ``cfg.probe_every`` steps and logged.
         phase: what this invocation trains on (e.g. the data mix); a resumed run whose phase differs
             from the checkpoint's records a new phase starting at the resumed step.
+        after_step: called after every optimizer step and once before the first (after a resumed
+            checkpoint is loaded), e.g. to hold parameters fixed.
     """
     torch.manual_seed(cfg.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -209,6 +212,8 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
             })
 
     log = log_path.open("a") if log_path is not None else None
+    if after_step is not None:
+        after_step()
     model.train()
     budget_s = cfg.minutes * 60
     start = time.monotonic()
@@ -233,6 +238,8 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
+            if after_step is not None:
+                after_step()
             step += 1
             tokens += batch[:, 1:].numel()
             loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
@@ -283,6 +290,10 @@ def model_card(name: str, info: dict) -> str:
         f"(tests excluded; held out for evaluation: {', '.join(info['held_out_packages'])}).",
         "It is a toy for demos and tests of the speculative engine, not a useful code assistant.",
         "",
+        *([("Head 0 of layer 0 was built as a previous-token head before training "
+            "(`decoding.starter.induction`), so that copying (induction) forms early; phases with "
+            "`source_weight` 0 train only on reproducing text seen earlier in the sequence."), ""]
+          if any(r.get("previous_token_head") for r in info.get("runs", [])) else []),
         "| field | value |",
         "|---|---|",
     ]
@@ -380,9 +391,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             torch.manual_seed(args.seed)
             model = Qwen2ForCausalLM(build_config(shape, tokenizer, args.context))
-        if args.previous_token_head == "always" or (args.previous_token_head == "fresh" and not previous):
-            if not (args.resume and checkpoint.exists()):  # a resumed checkpoint already has it
-                install_previous_token_head(model)
+        built_head = args.previous_token_head == "always" or (args.previous_token_head == "fresh" and not previous)
+        # The head is written again after every step: its attention pattern stays fixed while the rest
+        # of the model learns to use it (left free, training eroded it within 70 steps).
+        keep_head = (lambda m=model: install_previous_token_head(m)) if built_head else None
         earlier_runs = len(previous.get("runs", [previous])) if previous else 0
         cfg = TrainConfig(minutes=minutes, max_steps=args.max_steps, context=args.context, batch_size=args.batch_size,
                           seed=args.seed + earlier_runs, lr=args.lr, warmup_steps=10 if previous else 30,
@@ -392,11 +404,12 @@ def main(argv: list[str] | None = None) -> int:
         batches = Batches(chunks, maker, args.context, rng)
         record = train_model(model, batches, cfg, name, checkpoint=checkpoint,
                              log_path=args.work_dir / "train.log.jsonl", probe=probe,
-                             phase={"data_mix": asdict(mix), "source_weight": args.source_weight})
+                             phase={"data_mix": asdict(mix), "source_weight": args.source_weight},
+                             after_step=keep_head)
         run_keys = ("steps", "train_tokens", "train_seconds", "lr", "seed")
         runs = previous.get("runs", [{k: previous.get(k) for k in run_keys}] if previous else [])
         runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")}
-                    | {"lr": cfg.lr, "seed": cfg.seed, "previous_token_head": args.previous_token_head, "phases": record.pop("phases"), "data_sources": sources,
+                    | {"lr": cfg.lr, "seed": cfg.seed, "previous_token_head": built_head, "phases": record.pop("phases"), "data_sources": sources,
                        "copy_probe": probe(model)})
         record.update(runs=runs, steps=sum(r["steps"] for r in runs), train_tokens=sum(r["train_tokens"] for r in runs),
                       train_seconds=round(sum(r["train_seconds"] for r in runs), 1))
