@@ -138,9 +138,11 @@ class ExampleMix:
     copy: float = 0.15  # chunk followed by a copy of part of itself
     edit: float = 0.0  # chunk followed by an edited copy of part of itself
     random_repeat: float = 0.0  # random token sequence, then its repeat
+    span_repeat: float = 0.0  # a short span of a chunk's tokens, then the same span again at once
 
     def __post_init__(self):
-        if min(self.fim, self.copy, self.edit, self.random_repeat) < 0 or self.fim + self.copy + self.edit + self.random_repeat > 1:
+        parts = (self.fim, self.copy, self.edit, self.random_repeat, self.span_repeat)
+        if min(parts) < 0 or sum(parts) > 1:
             raise ValueError(f"mix probabilities must be >= 0 and sum to at most 1, got {self}")
 
 
@@ -176,6 +178,9 @@ class ExampleMaker:
         draw -= self.mix.edit
         if draw < self.mix.random_repeat:
             return self.random_repeat()
+        draw -= self.mix.random_repeat
+        if draw < self.mix.span_repeat:
+            return self.span_repeat(chunk)
         return self._plain(self.encode(chunk) + [self.ids["<|endoftext|>"]])
 
     @staticmethod
@@ -262,6 +267,15 @@ class ExampleMaker:
                 arg = self.rng.choice(("timeout=None", "strict=False", "context", "*, verbose=False", "extra"))
                 return span[:index] + [head + comma + arg + line[match.start():]] + span[index + 1 :]
         return self._renamed(span)
+
+    def span_repeat(self, chunk: str) -> tuple[list[int], list[float]]:
+        """8-48 consecutive tokens of the chunk, then the same tokens again: the shortest distance a
+        copy can have, the easiest case in which to learn copying."""
+        ids = self.encode(chunk)
+        length = min(len(ids), self.rng.randint(8, 48))
+        start = self.rng.randrange(len(ids) - length + 1)
+        span = ids[start : start + length]
+        return self._reproduced(span, span)
 
     def random_repeat(self) -> tuple[list[int], list[float]]:
         """A random run of 16-128 ordinary token ids, then the same run once or twice more."""

@@ -66,6 +66,7 @@ class TrainConfig:
     batch_size: int = 4  # sequences per step
     lr: float = 2e-3  # peak learning rate
     min_lr_ratio: float = 0.1  # the cosine schedule decays to lr * min_lr_ratio
+    schedule: str = "cosine"  # or "constant" after the warm-up
     warmup_steps: int = 30
     weight_decay: float = 0.1
     seed: int = 0
@@ -130,6 +131,8 @@ def lr_at(cfg: TrainConfig, step: int, progress: float) -> float:
     """Linear warm-up, then cosine decay over ``progress`` in [0, 1] (time or steps, whichever is further)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
     cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
 
@@ -311,7 +314,7 @@ def _mix(spec: str) -> ExampleMix:
         values = [float(x) for x in spec.split(",")]
         return ExampleMix(*values)
     except (TypeError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(f"--mix wants FIM,COPY,EDIT,RANDOM_REPEAT fractions: {exc}") from None
+        raise argparse.ArgumentTypeError(f"--mix wants FIM,COPY,EDIT,RANDOM_REPEAT[,SPAN_REPEAT] fractions: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mix", type=_mix, default=ExampleMix(fim=0.3, copy=0.2, edit=0.25, random_repeat=0.05),
                         help="fractions FIM,COPY,EDIT,RANDOM_REPEAT of the examples; plain text is the rest "
                              "(default 0.3,0.2,0.25,0.05)")
+    parser.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",
+                        help="learning rate after the warm-up: cosine decay over the time budget, or constant")
     parser.add_argument("--source-weight", type=float, default=1.0,
                         help="loss weight of the text a copy or edited copy reproduces (0: train only on the "
                              "reproduction, a copying phase; default 1)")
@@ -398,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         earlier_runs = len(previous.get("runs", [previous])) if previous else 0
         cfg = TrainConfig(minutes=minutes, max_steps=args.max_steps, context=args.context, batch_size=args.batch_size,
                           seed=args.seed + earlier_runs, lr=args.lr, warmup_steps=10 if previous else 30,
-                          probe_every=args.probe_every)
+                          probe_every=args.probe_every, schedule=args.schedule)
         rng = random.Random(cfg.seed)
         maker = ExampleMaker(tokenizer.backend_tokenizer, mix, rng, source_weight=args.source_weight)
         batches = Batches(chunks, maker, args.context, rng)
