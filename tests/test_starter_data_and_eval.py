@@ -61,6 +61,21 @@ def test_random_repeats_repeat_a_run(tokenizer):
     raise AssertionError("not a repeated run")
 
 
+def test_span_repeats_weigh_only_the_repeat_when_asked(tokenizer):
+    mix = ExampleMix(fim=0.0, copy=0.0, edit=0.0, random_repeat=0.0, span_repeat=1.0)
+    maker = ExampleMaker(tokenizer, mix, random.Random(2), source_weight=0.0)
+    chunk_ids = tokenizer.encode(CHUNK).ids
+    for _ in range(20):
+        ids, weights = maker.weighted(CHUNK)
+        size = (len(ids) - 1) // 2
+        span = ids[:size]
+        assert 8 <= size <= 48 and ids[size : 2 * size] == span and ids[-1] == tokenizer.token_to_id("<|endoftext|>")
+        assert any(chunk_ids[i : i + size] == span for i in range(len(chunk_ids)))  # a span of the chunk
+        assert weights == [0.0] * size + [1.0] * (size + 1)
+    with pytest.raises(ValueError):
+        ExampleMix(fim=0.5, copy=0.3, span_repeat=0.3)
+
+
 def test_eval_models_quick_json_has_the_promised_figures():
     done = subprocess.run([sys.executable, "-m", "lsp_server.cli", "eval", "models", "--quick", "--json"],
                           capture_output=True, text=True, timeout=600)
