@@ -2,16 +2,16 @@
 
 With per-token acceptance rate alpha and draft length k, a verify pass commits on average
 (1 - alpha^(k+1)) / (1 - alpha) tokens (Leviathan et al. 2022, eq. 1); drafting and verifying k
-tokens costs about 1 + k * c target passes, c being the cost of one more draft token relative to a
-one-token target pass. The policy picks the k in [0, max_k] that maximises their ratio (k = 0 is plain
+tokens costs cost(k) one-token target passes (about 1 + k * c, c being the cost of one more draft
+token). The policy picks the k in [0, max_k] that maximises their ratio (k = 0 is plain
 decoding, gain 1), so a source whose drafts keep failing gets short drafts or none, and a source that
 keeps hitting gets long ones.
 
 c has two parts, both measured online:
 
-* verifying: :class:`VerifyCost` fits the target's pass time against the number of tokens fed,
-  ``ms(n) = base + per_token * (n - 1)``, so c_verify = per_token / base. It is small on a GPU (a pass
-  is memory-bound) and larger on a CPU;
+* verifying: :class:`VerifyCost` measures the target's pass time against the number of tokens fed
+  (a median per size, a line fit where a size is unmeasured) and gives the policy the cost of
+  verifying k tokens over one. It is nearly flat on a GPU (a pass is memory-bound) and steeper on a CPU;
 * drafting: a model drafter's ms per draft token over the ms of a verify pass (0 for n-gram lookup).
 
 Alpha per source is an exponential moving average of accept/reject outcomes, starting from a prior.
@@ -41,43 +41,62 @@ def expected_gain(alpha: float, k: int, cost_per_token: float) -> float:
 class VerifyCost:
     """Measured wall time of target passes against the number of tokens each one fed.
 
-    Keeps the last ``window`` passes. The fit is a least-squares line through the median time of each
-    distinct token count (weighted by how often it occurred), robust to a stray slow pass.
+    Each pass size keeps its own last ``per_size`` times, so the sizes measured earlier stay in the fit
+    when recent rounds use only short drafts (a fit over a narrow range of sizes is noise, and a
+    noisy high cost would shorten the drafts further). The fit is a least-squares line through the
+    median time of each size, weighted by how many times it holds, robust to a stray slow pass.
 
     Args:
-        window: passes remembered.
+        per_size: times remembered per pass size.
         min_passes: passes needed before :meth:`cost_per_token` answers.
     """
 
-    def __init__(self, window: int = 64, min_passes: int = 8):
-        self.samples: deque[tuple[int, float]] = deque(maxlen=window)
+    def __init__(self, per_size: int = 16, min_passes: int = 8):
+        self.samples: dict[int, deque[float]] = {}
+        self.per_size = per_size
         self.min_passes = min_passes
 
     def record(self, tokens_fed: int, ms: float) -> None:
         """One pass that fed ``tokens_fed`` (>= 1) tokens and took ``ms`` milliseconds."""
         if tokens_fed >= 1 and ms > 0:
-            self.samples.append((tokens_fed, ms))
+            self.samples.setdefault(tokens_fed, deque(maxlen=self.per_size)).append(ms)
 
-    def cost_per_token(self) -> float | None:
-        """Cost of one more fed token as a fraction of a one-token pass, or ``None`` while unknown
-        (too few passes, or all of one size). Clipped to [0.001, 2]."""
-        if len(self.samples) < self.min_passes:
+    def _fit(self) -> tuple[float, float] | None:
+        """(time of a one-token pass, ms per extra token) from the line fit, or ``None``."""
+        if sum(len(times) for times in self.samples.values()) < self.min_passes or len(self.samples) < 2:
             return None
-        by_size: dict[int, list[float]] = {}
-        for size, ms in self.samples:
-            by_size.setdefault(size, []).append(ms)
-        if len(by_size) < 2:
-            return None
-        points = [(size, median(times), len(times)) for size, times in by_size.items()]
+        points = [(size, median(times), len(times)) for size, times in self.samples.items()]
         total = sum(w for _, _, w in points)
         mean_x = sum(x * w for x, _, w in points) / total
         mean_y = sum(y * w for _, y, w in points) / total
         var_x = sum(w * (x - mean_x) ** 2 for x, _, w in points)
         slope = sum(w * (x - mean_x) * (y - mean_y) for x, y, w in points) / var_x
         one_token = mean_y + slope * (1 - mean_x)  # the fitted time of a plain one-token pass
-        if one_token <= 0:
+        return (one_token, slope) if one_token > 0 else None
+
+    def cost_per_token(self) -> float | None:
+        """Cost of one more fed token as a fraction of a one-token pass (the fit's slope), or ``None``
+        while unknown (too few passes, or all of one size). Clipped to [0.001, 2]."""
+        fit = self._fit()
+        return None if fit is None else min(2.0, max(0.001, fit[1] / fit[0]))
+
+    def relative_costs(self, max_k: int) -> tuple[float, ...] | None:
+        """``costs[k]``: time of a pass verifying k draft tokens (k + 1 fed) over a one-token pass, for
+        k = 0..max_k; measured medians where a size has at least 3 passes, the fit elsewhere (a pass
+        is not linear in its size: on a CPU, two tokens can cost a third more than one, and eight
+        hardly more than two). ``None`` while unknown."""
+        fit = self._fit()
+        if fit is None:
             return None
-        return min(2.0, max(0.001, slope / one_token))
+        one_token, slope = fit
+        single = self.samples.get(1)
+        base = median(single) if single is not None and len(single) >= 3 else one_token
+        costs = []
+        for k in range(max_k + 1):
+            times = self.samples.get(k + 1)
+            ms = median(times) if times is not None and len(times) >= 3 else one_token + slope * k
+            costs.append(max(1.0, ms / base) if k else 1.0)
+        return tuple(costs)
 
 
 @dataclass
@@ -107,6 +126,7 @@ class DraftLengthPolicy:
     verify_cost_per_token: float = 0.05
     idle_relax: float = 0.05
     estimates: dict[str, SourceEstimate] = field(default_factory=dict)
+    verify_costs: tuple[float, ...] | None = None  # measured pass cost per k (see VerifyCost.relative_costs)
 
     def __post_init__(self) -> None:
         if self.max_k < 0:
@@ -115,12 +135,16 @@ class DraftLengthPolicy:
     def estimate(self, source: str) -> SourceEstimate:
         return self.estimates.setdefault(source, SourceEstimate(self.prior_alpha))
 
-    def cost_per_token(self, source: str) -> float:
-        """Drafting plus verifying one more token from ``source``, in target passes."""
-        return self.verify_cost_per_token + self.estimate(source).draft_cost_per_token
+    def cost(self, source: str, k: int) -> float:
+        """Drafting k tokens from ``source`` and verifying them, in one-token target passes: the measured
+        verify cost table when there is one (:meth:`set_verify_costs`), else ``1 + k * c_verify``;
+        plus k times the source's draft cost."""
+        table = self.verify_costs
+        verify = table[k] if table is not None and k < len(table) else 1.0 + k * self.verify_cost_per_token
+        return verify + k * self.estimate(source).draft_cost_per_token
 
     def _gain(self, source: str, k: int) -> float:
-        return expected_gain(min(self.estimate(source).alpha, 0.999), k, self.cost_per_token(source))
+        return expected_tokens_per_pass(min(self.estimate(source).alpha, 0.999), k) / self.cost(source, k)
 
     def choose(self, source: str, limit: int | None = None) -> int:
         """The draft length in [0, min(max_k, limit)] with the best expected gain; 0 (no draft) when
@@ -149,8 +173,13 @@ class DraftLengthPolicy:
         est.alpha += self.idle_relax * (self.prior_alpha - est.alpha)
 
     def set_verify_cost(self, cost_per_token: float) -> None:
-        """The measured verify cost of one more token (see :class:`VerifyCost`)."""
+        """A verify cost of one more token, used where no cost table is set."""
         self.verify_cost_per_token = cost_per_token
+
+    def set_verify_costs(self, costs: tuple[float, ...]) -> None:
+        """The measured cost of a pass verifying k tokens over a one-token pass, for k = 0, 1, ...
+        (see :meth:`VerifyCost.relative_costs`)."""
+        self.verify_costs = costs
 
     def update_cost(self, source: str, draft_ms_per_token: float, verify_ms_per_pass: float) -> None:
         """Measured draft cost of a model drafter, as a fraction of a verify pass (EMA)."""

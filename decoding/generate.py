@@ -224,7 +224,7 @@ class SpeculativeGenerator:
                 timed = config.seed is None
                 draft = drafter.propose(DraftContext(
                     committed, budget, config.sampling, generator, self._verify_ms if timed else 0.0,
-                    config.draft_min_confidence, self.verify_cost.cost_per_token() if timed else None))
+                    config.draft_min_confidence, self.verify_cost.relative_costs(budget) if timed else None))
                 stats.ms["draft"] += 1000 * (time.perf_counter() - t0)
             tree = draft.tree if draft is not None else None
             draft_tokens = draft.tokens[:budget] if draft is not None and tree is None else []

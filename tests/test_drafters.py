@@ -76,6 +76,19 @@ def test_policy_shortens_drafts_for_failing_sources_and_lengthens_for_hitting_on
     assert 1 < rounds < 40 and policy.choose("bad") >= 1
 
 
+def test_a_measured_jump_from_one_to_two_tokens_stops_marginal_drafts():
+    """On a CPU a two-token pass can cost a third more than a one-token pass while eight tokens cost
+    hardly more than two: the measured table, not a line, decides. Acceptance 0.25 does not pay for
+    the jump, acceptance 0.9 pays for long drafts."""
+    table = (1.0, 1.33, 1.36, 1.39, 1.42, 1.45, 1.48, 1.51, 1.54)
+    policy = DraftLengthPolicy(max_k=8, prior_alpha=0.25)
+    policy.set_verify_costs(table)
+    assert policy.choose("weak") == 0
+    policy = DraftLengthPolicy(max_k=8, prior_alpha=0.9)
+    policy.set_verify_costs(table)
+    assert policy.choose("strong") == 8
+
+
 def test_cheap_verification_makes_drafts_longer():
     """The same acceptance gives longer drafts when verifying a token costs less (a GPU) than more (a CPU)."""
     policy = DraftLengthPolicy(max_k=16)
@@ -95,6 +108,9 @@ def test_verify_cost_fits_time_against_tokens_fed():
         cost.record(n, 20.0 + 2.0 * (n - 1))  # 20 ms for one token, 2 ms per extra token
     cost.record(5, 500.0)  # one stalled pass: the per-size median ignores it
     assert cost.cost_per_token() == pytest.approx(0.1)
+    costs = cost.relative_costs(10)  # medians where measured (k = 0, 4, 8), the line elsewhere
+    assert costs[0] == 1.0 and costs[4] == pytest.approx(28 / 20) and costs[8] == pytest.approx(36 / 20)
+    assert costs[2] == pytest.approx(24 / 20) and costs[10] == pytest.approx(40 / 20)
     single = VerifyCost(min_passes=2)
     for _ in range(5):
         single.record(1, 20.0)

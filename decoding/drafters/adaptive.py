@@ -34,8 +34,8 @@ class AdaptiveDrafter:
     def propose(self, context: DraftContext) -> Draft | None:
         """The draft of the first source (cheapest first) that has one and scores at least as well as
         every costlier source; ``None`` when no source proposes anything."""
-        if context.verify_cost_per_token is not None:
-            self.policy.set_verify_cost(context.verify_cost_per_token)
+        if context.verify_costs is not None:
+            self.policy.set_verify_costs(context.verify_costs)
         gains = [self.policy.best_gain(d.name, context.max_tokens) for d in self.drafters]
         for i, drafter in enumerate(self.drafters):
             k = self.policy.choose(drafter.name, context.max_tokens)

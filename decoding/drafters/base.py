@@ -27,7 +27,7 @@ class DraftContext:
     generator: torch.Generator | None  # random source for sampling drafters
     verify_ms: float = 0.0  # recent mean wall time of one target verify pass (0: not measured yet)
     min_confidence: float = 0.0  # model drafters stop before a token they give less probability than this
-    verify_cost_per_token: float | None = None  # measured cost of verifying one more token, in target passes
+    verify_costs: tuple[float, ...] | None = None  # measured cost of a pass verifying k tokens over one, k = 0..
 
 
 @dataclass(frozen=True)
