@@ -97,10 +97,14 @@ class Engine:
             check_draft_compatible(target, draft)
         return cls(config, target, draft)
 
-    def sync_sources(self, wanted: dict[str, tuple[object, str]]) -> None:
-        """Make the n-gram store hold exactly ``wanted`` (``{name: (version, text)}``): sources not
-        named are dropped, and a source is tokenised and indexed only when new or at a new version."""
-        self.sources.sync(wanted, encode=lambda text: self.tokenizer.encode(text, add_special_tokens=False, verbose=False))
+    def sync_sources(self, wanted: dict[str, tuple[object, str]], retain: set[str] = frozenset(),
+                     drop: set[str] = frozenset()) -> None:
+        """Make the n-gram store hold ``wanted`` (``{name: (version, text)}``); a source is tokenised and
+        indexed only when new or at a new version. Sources not named are dropped, except those in
+        ``retain`` (files whose changes arrive through :meth:`forget_source`), which stay within a
+        token budget unless named in ``drop``; see :meth:`NgramStore.sync`."""
+        self.sources.sync(wanted, lambda text: self.tokenizer.encode(text, add_special_tokens=False, verbose=False),
+                          retain, drop)
 
     def forget_source(self, name: str) -> None:
         """Drop a source (e.g. its buffer was closed): it never proposes its old text again.

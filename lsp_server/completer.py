@@ -150,9 +150,13 @@ def complete(
     for other in other_documents:
         if other.uri != document.uri and len(other.text) <= MAX_SOURCE_CHARS:
             sources[other.uri] = (other.version, other.model_text)
+    open_uris = {document.uri, *(d.uri for d in other_documents)}
+    repo_files = set()  # kept in the store after they leave the pool: the file watcher reports their changes
     for candidate in pool:  # similar repository files
         if candidate.uri not in sources and len(candidate.text) <= MAX_SOURCE_CHARS:
             sources[candidate.uri] = (candidate.version, candidate.text)
+            if candidate.uri not in open_uris:
+                repo_files.add(candidate.uri)
     if context.truncated and len(document.text) <= MAX_SOURCE_CHARS:
         # The prompt holds only part of this document: the parts above and below it are draft sources
         # too. They do not change while the user types inside the window (its start moves in steps),
@@ -163,7 +167,7 @@ def complete(
         for part, text in (("above", above), ("below", below)):
             if text:
                 sources[f"{document.uri}#{part}"] = ((len(text), hash(text)), text)
-    engine.sync_sources(sources)
+    engine.sync_sources(sources, retain=repo_files, drop=open_uris)
     t1 = time.perf_counter()
     generation = engine.generate(context.prompt_ids, generation_config(settings, mode, engine, seed),
                                  settings.drafter, should_stop=should_stop, cache_key=document.uri)

@@ -156,6 +156,25 @@ def test_store_updates_per_source_and_never_proposes_old_text():
     assert len(store) == 0 and store._table == {} and drafter.propose(context([7, 1, 2, 3], k=2)) is None
 
 
+def test_store_retains_watched_files_within_a_budget_unless_dropped():
+    """A retained source that leaves the wanted set stays (no re-indexing when it comes back), up to
+    the token budget, least recently wanted out first; ``drop`` and ``remove`` still take it out."""
+    config = NgramConfig(min_ngram=2, max_ngram=2)
+    store = NgramStore(config, max_retained_tokens=8)
+    a, b, c = [1, 2, 3, 4, 5], [1, 2, 6, 7, 8], [9, 9, 9]
+    store.sync({"a": (1, a), "b": (1, b)}, retain={"a", "b"})
+    store.sync({"c": (1, c)})  # a and b leave: 10 tokens retained would exceed 8, so a (older) goes
+    assert store.names() == ["b", "c"]
+    store.sync({"b": (1, b)}, retain={"b"})
+    assert store.names() == ["b"]  # c was not marked to retain
+    assert not store.put("b", 1, [0])  # b is still indexed at version 1: nothing to do
+    store.sync({}, drop={"b"})
+    assert len(store) == 0
+    store.sync({"a": (1, a)}, retain={"a"})
+    store.sync({})
+    assert store.names() == ["a"] and store.remove("a") and len(store) == 0
+
+
 def test_store_lookup_reads_a_bounded_number_of_places():
     """A thousand sources sharing an n-gram: a lookup returns at most ``max_per_key`` places, the
     most recent first (its cost does not grow with the number of sources)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 class _Source:
     version: object
     tokens: list[int]
+    retain: bool = False  # may stay after it is no longer wanted (see NgramStore.sync)
 
 
 class NgramStore:
@@ -34,11 +35,12 @@ class NgramStore:
         max_per_key: entries kept per n-gram, most recent first.
     """
 
-    def __init__(self, config, max_per_key: int = 8):
+    def __init__(self, config, max_per_key: int = 8, max_retained_tokens: int = 200_000):
         if max_per_key < 1:
             raise ValueError(f"max_per_key must be >= 1, got {max_per_key}")
         self.config = config
         self.max_per_key = max_per_key
+        self.max_retained_tokens = max_retained_tokens
         self._sources: dict[str, _Source] = {}
         self._table: dict[tuple[int, ...], dict[tuple[str, int], int]] = {}
 
@@ -49,7 +51,7 @@ class NgramStore:
         return len(self._sources)
 
     def names(self) -> list[str]:
-        """Source names, least to most recently indexed."""
+        """Source names, least to most recently indexed or wanted."""
         return list(self._sources)
 
     def version(self, name: str) -> object:
@@ -105,18 +107,34 @@ class NgramStore:
                 del table[key]
         return True
 
-    def sync(self, wanted: Mapping[str, tuple[object, Sequence[int] | None]], encode=None) -> None:
-        """Make the store hold exactly ``wanted``: ``{name: (version, tokens)}``.
+    def sync(self, wanted: Mapping[str, tuple[object, Sequence[int] | None]], encode=None,
+             retain: frozenset[str] | set[str] = frozenset(), drop: frozenset[str] | set[str] = frozenset()) -> None:
+        """Make the store hold ``wanted`` (``{name: (version, tokens)}``).
 
-        Sources not in ``wanted`` are removed; new ones or ones at another version are indexed. With
-        ``encode``, ``tokens`` may be text, encoded only when that source needs indexing.
+        New sources and ones at another version are indexed. Sources not in ``wanted`` are removed,
+        except those named in ``retain`` when they were last wanted: they stay (least recently wanted
+        first out beyond ``max_retained_tokens``), so a repository file that leaves and re-enters the
+        caller's selection is not indexed again. Retain only sources whose changes the caller reports
+        with :meth:`remove` (e.g. files under a file watcher); names in ``drop`` go in any case (e.g. a
+        retained file that is now open in the editor, whose buffer is what counts). With ``encode``,
+        ``tokens`` may be text, encoded only when that source needs indexing.
         """
-        for name in [n for n in self._sources if n not in wanted]:
-            self.remove(name)
+        retained = 0
+        for name in reversed(list(self._sources)):  # most recently indexed or wanted first
+            if name in wanted:
+                continue
+            source = self._sources[name]
+            if source.retain and name not in drop and retained + len(source.tokens) <= self.max_retained_tokens:
+                retained += len(source.tokens)
+            else:
+                self.remove(name)
         for name, (version, content) in wanted.items():
             held = self._sources.get(name)
             if held is None or held.version != version:
                 self.put(name, version, encode(content) if encode is not None else content)
+            else:  # still wanted: now the most recently wanted
+                self._sources[name] = self._sources.pop(name)
+            self._sources[name].retain = name in retain
 
     def matches(self, suffix: Sequence[int]) -> Iterator[tuple[int, list[tuple[str, int]]]]:
         """``(n, [(source, continuation position), ...])`` for every n-gram length ending ``suffix``
