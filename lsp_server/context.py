@@ -80,11 +80,11 @@ def _keep_tail(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
     if len(ids) <= budget and not trimmed:
         return text, ids
+    if not ids:
+        return "", []
     over = max(0, len(ids) - budget)
     step = min(_ANCHOR_TOKENS, max(1, budget // 4))
     first = min(len(ids) - 1, -(-over // step) * step) if over else 0  # rounded up to a step
-    if not ids:
-        return "", []
     newline = text.find("\n", max(offsets[first][0] - 1, 0))
     if newline != -1:  # move the cut to the next token that starts a line
         line_start = newline + 1
