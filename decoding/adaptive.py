@@ -48,7 +48,7 @@ class VerifyCost:
 
     Args:
         per_size: times remembered per pass size.
-        min_passes: passes needed before :meth:`cost_per_token` answers.
+        min_passes: passes needed before :meth:`relative_costs` answers.
     """
 
     def __init__(self, per_size: int = 16, min_passes: int = 8):
@@ -73,12 +73,6 @@ class VerifyCost:
         slope = sum(w * (x - mean_x) * (y - mean_y) for x, y, w in points) / var_x
         one_token = mean_y + slope * (1 - mean_x)  # the fitted time of a plain one-token pass
         return (one_token, slope) if one_token > 0 else None
-
-    def cost_per_token(self) -> float | None:
-        """Cost of one more fed token as a fraction of a one-token pass (the fit's slope), or ``None``
-        while unknown (too few passes, or all of one size). Clipped to [0.001, 2]."""
-        fit = self._fit()
-        return None if fit is None else min(2.0, max(0.001, fit[1] / fit[0]))
 
     def relative_costs(self, max_k: int) -> tuple[float, ...] | None:
         """``costs[k]``: time of a pass verifying k draft tokens (k + 1 fed) over a one-token pass, for
@@ -116,7 +110,7 @@ class DraftLengthPolicy:
         prior_alpha: acceptance assumed before any evidence.
         decay: EMA weight kept per observed token outcome (closer to 1 = slower to adapt).
         verify_cost_per_token: extra cost of verifying one more token in a pass, in target passes;
-            a starting value, replaced by measurements (:meth:`set_verify_cost`).
+            used where no measured cost table is set (:meth:`set_verify_costs`).
         idle_relax: per round a source sits out, the fraction of the way its alpha moves back to the prior.
     """
 
@@ -171,10 +165,6 @@ class DraftLengthPolicy:
         """A round in which ``source`` was not asked to draft: its alpha relaxes toward the prior."""
         est = self.estimate(source)
         est.alpha += self.idle_relax * (self.prior_alpha - est.alpha)
-
-    def set_verify_cost(self, cost_per_token: float) -> None:
-        """A verify cost of one more token, used where no cost table is set."""
-        self.verify_cost_per_token = cost_per_token
 
     def set_verify_costs(self, costs: tuple[float, ...]) -> None:
         """The measured cost of a pass verifying k tokens over a one-token pass, for k = 0, 1, ...

@@ -91,30 +91,30 @@ def test_a_measured_jump_from_one_to_two_tokens_stops_marginal_drafts():
 
 def test_cheap_verification_makes_drafts_longer():
     """The same acceptance gives longer drafts when verifying a token costs less (a GPU) than more (a CPU)."""
-    policy = DraftLengthPolicy(max_k=16)
-    for _ in range(5):
-        policy.update("src", 4, 3)
-    policy.set_verify_cost(0.01)
-    long = policy.choose("src")
-    policy.set_verify_cost(0.3)
-    short = policy.choose("src")
+    lengths = []
+    for cost in (0.01, 0.3):
+        policy = DraftLengthPolicy(max_k=16, verify_cost_per_token=cost)
+        for _ in range(5):
+            policy.update("src", 4, 3)
+        lengths.append(policy.choose("src"))
+    long, short = lengths
     assert long > short >= 1
 
 
 def test_verify_cost_fits_time_against_tokens_fed():
     cost = VerifyCost(min_passes=4)
-    assert cost.cost_per_token() is None
+    assert cost.relative_costs(4) is None
     for n in (1, 1, 5, 5, 9, 9):
         cost.record(n, 20.0 + 2.0 * (n - 1))  # 20 ms for one token, 2 ms per extra token
     cost.record(5, 500.0)  # one stalled pass: the per-size median ignores it
-    assert cost.cost_per_token() == pytest.approx(0.1)
+    assert cost.relative_costs(1)[1] == pytest.approx(1.1)  # the line: 0.1 of a one-token pass per token
     costs = cost.relative_costs(10)  # medians where measured (k = 0, 4, 8), the line elsewhere
     assert costs[0] == 1.0 and costs[4] == pytest.approx(28 / 20) and costs[8] == pytest.approx(36 / 20)
     assert costs[2] == pytest.approx(24 / 20) and costs[10] == pytest.approx(40 / 20)
     single = VerifyCost(min_passes=2)
     for _ in range(5):
         single.record(1, 20.0)
-    assert single.cost_per_token() is None  # one size only: no slope to fit
+    assert single.relative_costs(4) is None  # one size only: no slope to fit
 
 
 def test_token_buffer_finds_what_the_store_finds():

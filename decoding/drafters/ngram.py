@@ -33,28 +33,10 @@ class NgramConfig:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}")
 
 
-class _Lookups:
-    """``lookup`` and ``lookup_all`` in terms of a subclass's ``matches(suffix)``."""
-
-    def matches(self, suffix: Sequence[int]):  # pragma: no cover - defined by subclasses
-        raise NotImplementedError
-
-    def lookup(self, suffix: Sequence[int]) -> tuple[int, int] | None:
-        """The longest n-gram ending ``suffix`` found here, as ``(n, continuation position)`` of its
-        most recent occurrence."""
-        found = self.lookup_all(suffix)
-        return (found[0], found[1][0]) if found else None
-
-    def lookup_all(self, suffix: Sequence[int]) -> tuple[int, list[int]] | None:
-        """The longest n-gram ending ``suffix`` found here and its continuation positions (distinct
-        next tokens, most recent first)."""
-        return next(self.matches(suffix), None)
-
-
 _WORD = array("I").itemsize  # bytes per token id in a TokenBuffer
 
 
-class TokenBuffer(_Lookups):
+class TokenBuffer:
     """The committed tokens of one generation, searched directly instead of indexed.
 
     The ids live in a ``bytearray`` of machine words (``array("I")``), and an n-gram is found with
@@ -74,6 +56,12 @@ class TokenBuffer(_Lookups):
     def extend(self, new_tokens: Sequence[int]) -> None:
         self.tokens.extend(new_tokens)
         self._bytes.extend(array("I", new_tokens).tobytes())
+
+    def lookup(self, suffix: Sequence[int]) -> tuple[int, int] | None:
+        """The longest n-gram ending ``suffix`` found here, as ``(n, continuation position)`` of its
+        most recent occurrence."""
+        found = next(self.matches(suffix), None)
+        return (found[0], found[1][0]) if found else None
 
     def matches(self, suffix: Sequence[int]):
         """``(n, continuation positions)`` per matching length, longest first; positions most recent
