@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
+from tokenizers.decoders import DecodeStream
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decoding.adaptive import VerifyCost
@@ -86,13 +87,37 @@ def end_of_sequence_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
 
 
 class _Output:
-    """Commits tokens one at a time and decides when to stop (cases D1-D3)."""
+    """Commits tokens one at a time and decides when to stop (cases D1-D3).
+
+    Stop strings are looked for in text decoded incrementally (tokenizers' ``DecodeStream``: one step
+    per token instead of decoding the whole output again), and only in its new part; the final text
+    is one full decode cut at the first stop string, so it is what decoding the tokens at once gives.
+    """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, config: GenerationConfig, stop_ids: frozenset[int]):
         self.tokenizer, self.config, self.stop_ids = tokenizer, config, stop_ids
         self.token_ids: list[int] = []
-        self.text = ""
+        self.text = ""  # decoded so far (incrementally), special tokens skipped
         self.finish_reason: str | None = None
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._stream = (backend, DecodeStream(skip_special_tokens=True)) if backend is not None else None
+        self._longest_stop = max((len(s) for s in config.stop_strings), default=0)
+
+    def _extend_text(self, token: int) -> int:
+        """Decode ``token`` onto ``self.text``; returns where the newly decoded text may first hold a
+        stop string (the last ``longest stop - 1`` characters before it and the new text)."""
+        before = len(self.text)
+        if self._stream is not None:
+            chunk = self._stream[1].step(self._stream[0], token)
+            self.text += chunk or ""
+        else:
+            self.text = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
+            before = min(before, len(self.text))
+        return max(0, before - self._longest_stop + 1)
+
+    def _stop_cut(self, text: str, start: int = 0) -> int | None:
+        cuts = [i for i in (text.find(s, start) for s in self.config.stop_strings) if i >= 0]
+        return min(cuts) if cuts else None
 
     def commit(self, token: int) -> bool:
         """Append ``token``; returns True when the output is finished (the token is kept)."""
@@ -101,10 +126,8 @@ class _Output:
             self.finish_reason = FINISH_STOP
             return True
         if self.config.stop_strings:
-            self.text = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
-            cuts = [i for i in (self.text.find(s) for s in self.config.stop_strings) if i >= 0]
-            if cuts:
-                self.text = self.text[: min(cuts)]
+            start = self._extend_text(token)
+            if self._stop_cut(self.text, start) is not None:
                 self.finish_reason = FINISH_STOP
                 return True
         if len(self.token_ids) >= self.config.max_new_tokens:
@@ -113,10 +136,10 @@ class _Output:
         return False
 
     def final_text(self) -> str:
-        if self.finish_reason == FINISH_STOP and self.config.stop_strings and self.token_ids[-1] not in self.stop_ids:
-            return self.text  # already cut at the stop string
         kept = [t for t in self.token_ids if t not in self.stop_ids]
-        return self.tokenizer.decode(kept, skip_special_tokens=True)
+        text = self.tokenizer.decode(kept, skip_special_tokens=True)
+        cut = self._stop_cut(text) if self.config.stop_strings else None
+        return text if cut is None else text[:cut]
 
 
 class SpeculativeGenerator:

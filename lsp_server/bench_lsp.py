@@ -171,7 +171,10 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
     """Figures from the client's samples joined (in request order) with the server's trace records."""
     ids = sorted(records)
     latencies, single, overhead, hits, passes = [], [], [], [], []
-    parts: dict[str, list[float]] = {}  # overhead by stage; "other": transport, JSON-RPC, event loop
+    # Overhead by stage. server_other: the server's time outside the staged work (JSON-RPC dispatch,
+    # the hop to the model thread and back, tracing); transport: the client's latency minus the server's
+    # total (pipes, this client's JSON-RPC and event loop).
+    parts: dict[str, list[float]] = {}
     cancelled = 0
     for sample, request_id in zip(samples, ids):
         record = records[request_id]
@@ -190,8 +193,10 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
             single.append(latency)
         model_ms = sum(record["ms"].get(k, 0.0) for k in ("prefill", "draft", "verify"))
         overhead.append(latency - model_ms)
-        server = {k: record["ms"].get(k, 0.0) for k in ("queue", "context", "postprocess")}
-        for stage, ms in (*server.items(), ("other", latency - model_ms - sum(server.values()))):
+        server = {k: record["ms"].get(k, 0.0) for k in ("queue", "context", "decode_other", "postprocess")}
+        total = record["ms"].get("total", 0.0)
+        for stage, ms in (*server.items(), ("server_other", total - model_ms - sum(server.values())),
+                          ("transport", latency - total)):
             parts.setdefault(stage, []).append(ms)
         passes.append(record["tokens_per_pass"])
     answered = len(samples) - cancelled

@@ -90,7 +90,7 @@ class Completion:
     context: CompletionContext
     generation: Generation
     mode: Mode
-    ms: dict[str, float] = field(default_factory=dict)  # context and postprocess stages
+    ms: dict[str, float] = field(default_factory=dict)  # context, engine (the whole generate call), postprocess
 
 
 def generation_config(settings: Settings, mode: Mode, engine: Engine, seed: int | None) -> GenerationConfig:
@@ -173,5 +173,5 @@ def complete(
                                  settings.drafter, should_stop=should_stop, cache_key=document.uri)
     t2 = time.perf_counter()
     insert_text = postprocess(generation.text, context, mode, document.language_id, generation.finish_reason)
-    ms = {"context": 1000 * (t1 - t0), "postprocess": 1000 * (time.perf_counter() - t2)}
+    ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
     return Completion(insert_text, context, generation, mode, ms)

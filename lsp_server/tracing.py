@@ -1,7 +1,8 @@
 """Request tracing: a one-line summary per request, details on demand, an optional JSON-lines file.
 
 * ``window/logMessage``: one line per request, always: id, method, file name and position, status,
-  milliseconds per stage (queue wait, context build, prefill, draft, verify, post-processing, total),
+  milliseconds per stage (queue wait, context build, prefill, draft, verify, the engine's bookkeeping
+  around them, post-processing, total),
   prefill tokens computed and reused, tokens generated, target passes, tokens per pass and
   accepted/drafted tokens per draft source. No code text.
 * ``$/logTrace``: when the trace value is ``messages``, the same line; when ``verbose``, the line plus
@@ -71,9 +72,12 @@ class Tracer:
         parts = [f"[speclsp] req={request_id} {method} {name}:{position.line}:{position.character} {status}"]
         if completion is not None:
             stats = completion.generation.stats
-            stages = {"queue": queue_ms, "context": completion.ms.get("context", 0.0), **{
-                k: v for k, v in stats.ms.items() if k != "total"}, "postprocess": completion.ms.get("postprocess", 0.0),
-                "total": total_ms}
+            model = {k: v for k, v in stats.ms.items() if k != "total"}
+            # The engine's own bookkeeping around the model: detokenizing, stops, cache and source upkeep.
+            decode_other = max(0.0, completion.ms.get("engine", 0.0) - sum(model.values()))
+            stages = {"queue": queue_ms, "context": completion.ms.get("context", 0.0), **model,
+                      "decode_other": decode_other, "postprocess": completion.ms.get("postprocess", 0.0),
+                      "total": total_ms}
             parts.append(" ".join(f"{k}={v:.1f}ms" for k, v in stages.items()))
             sources = " ".join(f"{n}={s.accepted}/{s.drafted}" for n, s in sorted(stats.sources.items())) or "-"
             parts.append(f"prefill_tokens={stats.prefill_computed} reused={stats.prefill_reused} "

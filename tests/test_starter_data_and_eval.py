@@ -124,3 +124,28 @@ def test_previous_token_head_rejects_bad_arguments():
         install_previous_token_head(model, head=2)
     with pytest.raises(ValueError):
         install_previous_token_head(model, pairs=17)
+    with pytest.raises(ValueError):
+        install_previous_token_head(model, distance=0)
+
+
+def test_heads_built_for_distances_one_to_three_share_a_key_and_look_that_far_back():
+    """Three query heads of one key/value group, built for distances 1, 2 and 3, each put nearly all
+    their attention that many positions back (checked against every distance, so a head looking at
+    the wrong one fails)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from decoding.starter.induction import install_previous_token_head
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=64, hidden_size=192, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=6, num_key_value_heads=2, attn_implementation="eager")
+    model = Qwen2ForCausalLM(config).eval()
+    for head, distance in ((0, 1), (1, 2), (2, 3)):
+        install_previous_token_head(model, head=head, distance=distance)
+    ids = torch.randint(0, 64, (2, 300))
+    with torch.no_grad():
+        attentions = model(input_ids=ids, output_attentions=True).attentions[0]  # (B, H, T, T)
+    rows = torch.arange(3, 300)
+    for head in range(3):
+        by_distance = [attentions[:, head, rows, rows - d].mean().item() for d in range(4)]
+        assert by_distance[head + 1] > 0.99, (head, by_distance)

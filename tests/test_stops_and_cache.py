@@ -192,3 +192,24 @@ def test_sliding_window_model_rolls_back_and_matches_plain(toy_tokenizer):
     spec = SpeculativeGenerator(model, toy_tokenizer).generate(PROMPT, drafter, config)
     assert spec.token_ids == plain.token_ids
     assert 0 < spec.stats.accepted < spec.stats.drafted
+
+
+def test_incremental_decoding_finds_stop_strings_where_a_full_decode_does():
+    """With a real byte-level BPE tokenizer (the starter's), the streamed text finds each stop string
+    at the same token as decoding all tokens after every commit, including stops that span tokens
+    and multi-byte characters split across tokens; the final text is the full decode cut there."""
+    from transformers import AutoTokenizer
+
+    from decoding.starter import TARGET_DIR
+
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_DIR)
+    text = "def f(x):\n    return {'é': x}  # naïve → ok\n\nclass A:\n    pass\n"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    for stop in ("\n", "):", "x}", "→ o", "ss\n", "é'", "never"):
+        config = GenerationConfig(max_new_tokens=len(ids), stop_strings=(stop,))
+        output = _Output(tokenizer, config, frozenset())
+        committed = next((n for n in range(1, len(ids) + 1) if output.commit(ids[n - 1])), len(ids))
+        reference = next((n for n in range(1, len(ids) + 1) if stop in tokenizer.decode(ids[:n])), len(ids))
+        assert committed == reference, stop
+        full = tokenizer.decode(ids[:committed])
+        assert output.final_text() == (full[: full.find(stop)] if stop in full else full)

@@ -293,7 +293,8 @@ def model_card(name: str, info: dict) -> str:
         f"(tests excluded; held out for evaluation: {', '.join(info['held_out_packages'])}).",
         "It is a toy for demos and tests of the speculative engine, not a useful code assistant.",
         "",
-        *([("Head 0 of layer 0 was built as a previous-token head before training "
+        *([("The first heads of layer 0 were built as previous-token heads (one per distance in "
+            "`previous_token_distances`, 1 when unlisted) before training "
             "(`decoding.starter.induction`), so that copying (induction) forms early; phases with "
             "`source_weight` 0 train only on reproducing text seen earlier in the sequence."), ""]
           if any(r.get("previous_token_head") for r in info.get("runs", [])) else []),
@@ -315,6 +316,16 @@ def _mix(spec: str) -> ExampleMix:
         return ExampleMix(*values)
     except (TypeError, ValueError) as exc:
         raise argparse.ArgumentTypeError(f"--mix wants FIM,COPY,EDIT,RANDOM_REPEAT[,SPAN_REPEAT] fractions: {exc}") from None
+
+
+def _distances(spec: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in spec.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--previous-token-distances wants comma-separated integers: {exc}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("--previous-token-distances wants integers >= 1")
+    return values
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--previous-token-head", choices=("fresh", "always", "never"), default="fresh",
                         help="build a previous-token head in layer 0 (decoding.starter.induction): for models "
                              "trained from scratch (fresh, the default), also over a trained head (always), or never")
+    parser.add_argument("--previous-token-distances", type=_distances, default=(1,),
+                        help="comma-separated distances of the built heads, one query head each from head 0 on "
+                             "(1,2,3: the three preceding tokens, so later heads can match three-token contexts)")
     parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "speclsp" / "starter-train",
                         help="checkpoints and the JSON-lines training log (train.log.jsonl)")
     parser.add_argument("--resume", action="store_true",
@@ -399,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         built_head = args.previous_token_head == "always" or (args.previous_token_head == "fresh" and not previous)
         # The head is written again after every step: its attention pattern stays fixed while the rest
         # of the model learns to use it (left free, training eroded it within 70 steps).
-        keep_head = (lambda m=model: install_previous_token_head(m)) if built_head else None
+        def keep_head(m=model, distances=args.previous_token_distances) -> None:
+            for head, distance in enumerate(distances):
+                install_previous_token_head(m, head=head, distance=distance)
         earlier_runs = len(previous.get("runs", [previous])) if previous else 0
         cfg = TrainConfig(minutes=minutes, max_steps=args.max_steps, context=args.context, batch_size=args.batch_size,
                           seed=args.seed + earlier_runs, lr=args.lr, warmup_steps=10 if previous else 30,
@@ -409,12 +425,14 @@ def main(argv: list[str] | None = None) -> int:
         batches = Batches(chunks, maker, args.context, rng)
         record = train_model(model, batches, cfg, name, checkpoint=checkpoint,
                              log_path=args.work_dir / "train.log.jsonl", probe=probe,
-                             phase={"data_mix": asdict(mix), "source_weight": args.source_weight},
-                             after_step=keep_head)
+                             phase={"data_mix": asdict(mix), "source_weight": args.source_weight,
+                                    "previous_token_distances": list(args.previous_token_distances) if built_head else []},
+                             after_step=keep_head if built_head else None)
         run_keys = ("steps", "train_tokens", "train_seconds", "lr", "seed")
         runs = previous.get("runs", [{k: previous.get(k) for k in run_keys}] if previous else [])
         runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")}
-                    | {"lr": cfg.lr, "seed": cfg.seed, "previous_token_head": built_head, "phases": record.pop("phases"), "data_sources": sources,
+                    | {"lr": cfg.lr, "seed": cfg.seed, "previous_token_head": built_head,
+                       "previous_token_distances": list(args.previous_token_distances) if built_head else [], "phases": record.pop("phases"), "data_sources": sources,
                        "copy_probe": probe(model)})
         record.update(runs=runs, steps=sum(r["steps"] for r in runs), train_tokens=sum(r["train_tokens"] for r in runs),
                       train_seconds=round(sum(r["train_seconds"] for r in runs), 1))
