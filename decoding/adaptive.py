@@ -51,15 +51,19 @@ class VerifyCost:
         min_passes: passes needed before :meth:`relative_costs` answers.
     """
 
-    def __init__(self, per_size: int = 16, min_passes: int = 8):
+    def __init__(self, per_size: int = 16, min_passes: int = 8, refresh_every: int = 8):
         self.samples: dict[int, deque[float]] = {}
         self.per_size = per_size
         self.min_passes = min_passes
+        self.refresh_every = refresh_every  # passes recorded before a computed table is computed again
+        self._table: dict[int, tuple[float, ...] | None] = {}  # max_k -> costs, until refreshed
+        self._since_table = 0
 
     def record(self, tokens_fed: int, ms: float) -> None:
         """One pass that fed ``tokens_fed`` (>= 1) tokens and took ``ms`` milliseconds."""
         if tokens_fed >= 1 and ms > 0:
             self.samples.setdefault(tokens_fed, deque(maxlen=self.per_size)).append(ms)
+            self._since_table += 1
 
     def _fit(self) -> tuple[float, float] | None:
         """(time of a one-token pass, ms per extra token) from the line fit, or ``None``."""
@@ -78,7 +82,16 @@ class VerifyCost:
         """``costs[k]``: time of a pass verifying k draft tokens (k + 1 fed) over a one-token pass, for
         k = 0..max_k; measured medians where a size has at least 3 passes, the fit elsewhere (a pass
         is not linear in its size: on a CPU, two tokens can cost a third more than one, and eight
-        hardly more than two). ``None`` while unknown."""
+        hardly more than two). ``None`` while unknown. Computed again after ``refresh_every`` new passes
+        (medians move slowly, and this is asked every verify round)."""
+        if self._since_table >= self.refresh_every or (max_k not in self._table and self._since_table):
+            self._table.clear()
+            self._since_table = 0
+        if max_k not in self._table:
+            self._table[max_k] = self._costs(max_k)
+        return self._table[max_k]
+
+    def _costs(self, max_k: int) -> tuple[float, ...] | None:
         fit = self._fit()
         if fit is None:
             return None
@@ -137,22 +150,28 @@ class DraftLengthPolicy:
         verify = table[k] if table is not None and k < len(table) else 1.0 + k * self.verify_cost_per_token
         return verify + k * self.estimate(source).draft_cost_per_token
 
-    def _gain(self, source: str, k: int) -> float:
-        return expected_tokens_per_pass(min(self.estimate(source).alpha, 0.999), k) / self.cost(source, k)
+    def plan(self, source: str, limit: int | None = None) -> tuple[int, float]:
+        """``(k, gain)``: the draft length in [0, min(max_k, limit)] with the best expected gain, and
+        that gain; ``(0, 1.0)`` (plain decoding) when no length beats it. Ties go to the shorter draft.
+        One pass over k (this runs every verify round)."""
+        top = self.max_k if limit is None else min(self.max_k, limit)
+        alpha = min(self.estimate(source).alpha, 0.999)
+        best_k, best_gain = 0, 1.0
+        power = alpha  # alpha ** (k + 1), from k = 0
+        for k in range(1, top + 1):
+            power *= alpha
+            gain = (1.0 - power) / (1.0 - alpha) / self.cost(source, k)  # expected_tokens_per_pass / cost
+            if gain > best_gain:
+                best_k, best_gain = k, gain
+        return best_k, best_gain
 
     def choose(self, source: str, limit: int | None = None) -> int:
-        """The draft length in [0, min(max_k, limit)] with the best expected gain; 0 (no draft) when
-        no length beats plain decoding."""
-        top = self.max_k if limit is None else min(self.max_k, limit)
-        if top <= 0:
-            return 0
-        best = max(range(1, top + 1), key=lambda k: self._gain(source, k))
-        return best if self._gain(source, best) > 1.0 else 0
+        """The draft length of :meth:`plan`."""
+        return self.plan(source, limit)[0]
 
     def best_gain(self, source: str, limit: int | None = None) -> float:
-        """Expected gain of ``source`` at its best draft length (1.0, plain decoding, when it does not draft)."""
-        k = self.choose(source, limit)
-        return self._gain(source, k) if k else 1.0
+        """The expected gain of :meth:`plan` (1.0, plain decoding, when the source does not draft)."""
+        return self.plan(source, limit)[1]
 
     def update(self, source: str, num_drafted: int, num_accepted: int) -> None:
         """Fold one round's outcome in: ``num_accepted`` accepts, then a reject if any token was refused."""

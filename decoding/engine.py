@@ -97,14 +97,19 @@ class Engine:
             check_draft_compatible(target, draft)
         return cls(config, target, draft)
 
-    def sync_sources(self, wanted: dict[str, tuple[object, str]], retain: set[str] = frozenset(),
-                     drop: set[str] = frozenset()) -> None:
-        """Make the n-gram store hold ``wanted`` (``{name: (version, text)}``); a source is tokenised and
-        indexed only when new or at a new version. Sources not named are dropped, except those in
-        ``retain`` (files whose changes arrive through :meth:`forget_source`), which stay within a
-        token budget unless named in ``drop``; see :meth:`NgramStore.sync`."""
-        self.sources.sync(wanted, lambda text: self.tokenizer.encode(text, add_special_tokens=False, verbose=False),
-                          retain, drop)
+    def sync_sources(self, wanted: dict[str, tuple[object, str | Callable[[], list[int]]]],
+                     retain: set[str] = frozenset(), drop: set[str] = frozenset(),
+                     searched: set[str] = frozenset()) -> None:
+        """Make the n-gram store hold ``wanted`` (``{name: (version, content)}``, content being text or a
+        function returning its token ids); a source is tokenised and indexed only when new or at a new
+        version. Sources not named are dropped, except those in ``retain`` (files whose changes arrive
+        through :meth:`forget_source`), which stay within a token budget unless named in ``drop``; those
+        in ``searched`` are searched instead of indexed. See :meth:`NgramStore.sync`."""
+        def encode(content) -> list[int]:
+            return content() if callable(content) else self.tokenizer.encode(content, add_special_tokens=False,
+                                                                              verbose=False)
+
+        self.sources.sync(wanted, encode, retain, drop, searched)
 
     def forget_source(self, name: str) -> None:
         """Drop a source (e.g. its buffer was closed): it never proposes its old text again.

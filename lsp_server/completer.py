@@ -28,6 +28,7 @@ from lsp_server.context import CompletionContext, ContextBudget, build_context, 
 from lsp_server.documents import Document
 from lsp_server.positions import to_document_text
 from lsp_server.postprocess import Mode, TrimContext, decide_mode, trim
+from lsp_server.prompt_tokens import PromptEncoder
 from lsp_server.repo_context import RECENT_BUFFERS, Candidate, candidates, select_snippets
 from lsp_server.repo_index import RepoIndex, identifiers
 from lsp_server.settings import Settings
@@ -123,6 +124,7 @@ def complete(
     should_stop: Callable[[], bool] | None = None,
     seed: int | None = None,
     repo: RepoIndex | None = None,
+    encoder: PromptEncoder | None = None,
 ) -> Completion:
     """Complete ``document`` at ``position``.
 
@@ -133,6 +135,7 @@ def complete(
         repo: the repository index: files similar to the cursor's surroundings become draft sources
             and (for models that know the repository format) prompt snippets.
         should_stop: polled between verify rounds (cancellation).
+        encoder: reuses the previous request's prompt tokens (see :mod:`lsp_server.prompt_tokens`).
     Raises:
         lsp_server.positions.PositionError: the position is not in the document.
     """
@@ -144,14 +147,15 @@ def complete(
                                 4 * budget.extra_tokens)
     repo_names = (repo.repo_name() if repo is not None else "workspace", _label(repo, document.uri))
     context = build_context(document, position, codec, engine.tokenizer, budget, snippets,
-                            repo_names if repo_prompt else None)
+                            repo_names if repo_prompt else None, encoder)
     mode = decide_mode(context.prefix, context.line_suffix, document.language_id, automatic=False)
-    sources: dict[str, tuple[object, str]] = {}  # name -> (version, text) of every extra draft source
+    sources: dict[str, tuple[object, object]] = {}  # name -> (version, text or its tokens' getter)
     for other in other_documents:
         if other.uri != document.uri and len(other.text) <= MAX_SOURCE_CHARS:
             sources[other.uri] = (other.version, other.model_text)
     open_uris = {document.uri, *(d.uri for d in other_documents)}
     repo_files = set()  # kept in the store after they leave the pool: the file watcher reports their changes
+    parts = set()  # parts of this document outside the prompt
     for candidate in pool:  # similar repository files
         if candidate.uri not in sources and len(candidate.text) <= MAX_SOURCE_CHARS:
             sources[candidate.uri] = (candidate.version, candidate.text)
@@ -161,13 +165,19 @@ def complete(
         # The prompt holds only part of this document: the parts above and below it are draft sources
         # too. They do not change while the user types inside the window (its start moves in steps),
         # so the store keeps their n-grams from keystroke to keystroke instead of indexing them again.
+        # They are searched, not indexed (indexing a large file takes hundreds of milliseconds), and
+        # tokenised through the encoder: the part above grows at its end when the window moves on.
         full_prefix, full_suffix = document.model_split(offset)
         above = full_prefix[: len(full_prefix) - len(context.prefix)]
         below = full_suffix[len(context.suffix):]
         for part, text in (("above", above), ("below", below)):
             if text:
-                sources[f"{document.uri}#{part}"] = ((len(text), hash(text)), text)
-    engine.sync_sources(sources, retain=repo_files, drop=open_uris)
+                name = f"{document.uri}#{part}"
+                tokens = (lambda key=(document.uri, part), text=text: encoder.encode(key, text)[0]) \
+                    if encoder is not None else text
+                sources[name] = ((len(text), hash(text)), tokens)
+                parts.add(name)
+    engine.sync_sources(sources, retain=repo_files, drop=open_uris, searched=parts)
     t1 = time.perf_counter()
     generation = engine.generate(context.prompt_ids, generation_config(settings, mode, engine, seed),
                                  settings.drafter, should_stop=should_stop, cache_key=document.uri)

@@ -17,6 +17,7 @@ breaks (shared case L3); the caller converts the answer back to the document's o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pygls.workspace.position_codec import PositionCodec
@@ -24,6 +25,9 @@ from lsprotocol import types
 
 from lsp_server.documents import Document
 from lsp_server.positions import line_ending
+from lsp_server.prompt_tokens import PromptEncoder
+
+Encode = Callable[[str], tuple[list[int], list[tuple[int, int]]]]  # text -> (ids, character offsets)
 
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
 REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
@@ -61,7 +65,7 @@ class CompletionContext:
     snippets: tuple[str, ...] = ()  # labels of the other files' snippets in the prompt
 
 
-def _keep_tail(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
+def _keep_tail(encode: Encode, text: str, budget: int) -> tuple[str, list[int]]:
     """The end of ``text`` within ``budget`` tokens, starting at a line start when possible.
 
     The start moves in steps (at most ``_ANCHOR_CHARS`` characters for the pre-trim, ``_ANCHOR_TOKENS``
@@ -76,8 +80,7 @@ def _keep_tail(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
         start = ((len(text) - limit) // step + 1) * step  # rounded up: stays put while typing
     trimmed = start > 0
     text = text[start:]
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    ids, offsets = encode(text)
     if len(ids) <= budget and not trimmed:
         return text, ids
     if not ids:
@@ -100,13 +103,12 @@ def _keep_tail(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
     return text[offsets[first][0]:], ids[first:]
 
 
-def _keep_head(tokenizer, text: str, budget: int) -> tuple[str, list[int]]:
+def _keep_head(encode: Encode, text: str, budget: int) -> tuple[str, list[int]]:
     """The start of ``text`` within ``budget`` tokens, ending at a line end when possible."""
     if budget == 0:
         return "", []
     text = text[: budget * _MAX_CHARS_PER_TOKEN]
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    ids, offsets = encode(text)
     if len(ids) <= budget:
         return text, ids
     last = budget  # tokens kept: ids[:last]
@@ -141,7 +143,7 @@ def _repo_header(tokenizer, repo: tuple[str, str], snippets, budget: int) -> tup
 
 def build_context(
     document: Document, position: types.Position, codec: PositionCodec, tokenizer, budget: ContextBudget,
-    snippets=(), repo: tuple[str, str] | None = None,
+    snippets=(), repo: tuple[str, str] | None = None, encoder: PromptEncoder | None = None,
 ) -> CompletionContext:
     """The FIM prompt for a cursor position.
 
@@ -151,6 +153,9 @@ def build_context(
         snippets: :class:`lsp_server.repo_context.Snippet` objects, best first; used with ``repo``.
         repo: (repository name, current file's path label) to use the repository-level format; ``None``
             (or a tokenizer without its tokens) gives the plain FIM prompt.
+        encoder: keeps the previous request's tokens of this document's prefix and suffix, so only
+            the changed part is tokenised again (see :mod:`lsp_server.prompt_tokens`); ``None``
+            tokenises everything.
     Raises:
         lsp_server.positions.PositionError: the position is not in the document.
     """
@@ -159,12 +164,15 @@ def build_context(
     line_end = lines.offset_at(types.Position(line=position.line, character=2**31 - 1), codec)
     line_suffix = document.text[offset:line_end]
     full_prefix, full_suffix = document.model_split(offset)
-    prefix, prefix_ids = _keep_tail(tokenizer, full_prefix, budget.prefix_tokens)
+    encoder = encoder if encoder is not None and encoder.tokenizer is tokenizer else PromptEncoder(tokenizer)
+    prefix, prefix_ids = _keep_tail(lambda text: encoder.encode((document.uri, "prefix"), text), full_prefix,
+                                    budget.prefix_tokens)
     special = tokenizer.get_added_vocab()  # FIM markers are added tokens (a small dict, unlike get_vocab)
     fim = all(t in special for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
     labels: tuple[str, ...] = ()
     if fim:
-        suffix, suffix_ids = _keep_head(tokenizer, full_suffix, budget.suffix_tokens)
+        suffix, suffix_ids = _keep_head(lambda text: encoder.encode((document.uri, "suffix"), text), full_suffix,
+                                        budget.suffix_tokens)
         prompt_ids = [special[FIM_PREFIX], *prefix_ids, special[FIM_SUFFIX], *suffix_ids, special[FIM_MIDDLE]]
         if repo is not None and knows_repo_format(tokenizer):
             header, labels = _repo_header(tokenizer, repo, snippets, budget.extra_tokens)

@@ -29,6 +29,7 @@ from lsp_server.completer import Completion, complete
 from lsp_server.documents import DocumentStore
 from lsp_server.positions import PositionError, codec_for
 from lsp_server.postprocess import decide_mode
+from lsp_server.prompt_tokens import PromptEncoder
 from lsp_server.type_through import TypeThroughCache
 from lsp_server.tracing import Tracer
 from lsp_server.worker import READY, ModelWorker
@@ -58,6 +59,7 @@ class CompletionService:
         self._ids = itertools.count(1)
         self._inflight: dict[tuple[str, str], threading.Event] = {}  # (uri, method) -> cancel flag
         self.type_through = TypeThroughCache()
+        self._encoder: PromptEncoder | None = None  # prompt tokens between requests (model thread only)
 
     def cancel_document(self, uri: str, method: str | None = None) -> None:
         """Stop the generations in flight for ``uri`` (one method, or all) at their next verify round."""
@@ -113,8 +115,11 @@ class CompletionService:
             wait_ms = 1000 * (time.perf_counter() - queued)
             if cancelled.is_set():  # superseded while queued: no context, no prefill
                 return wait_ms, None
+            tokenizer = getattr(engine, "tokenizer", None)
+            if tokenizer is not None and (self._encoder is None or self._encoder.tokenizer is not tokenizer):
+                self._encoder = PromptEncoder(tokenizer)  # first request, or the model was replaced
             result = complete(engine, document, position, codec, self.settings_ref(), others, cancelled.is_set,
-                              repo=self.repo_ref())
+                              repo=self.repo_ref(), encoder=self._encoder)
             return wait_ms, result
 
         try:

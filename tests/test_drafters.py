@@ -187,3 +187,25 @@ def test_store_lookup_reads_a_bounded_number_of_places():
     with pytest.raises(ValueError):
         NgramDrafter(NgramConfig(min_ngram=1, max_ngram=2), store)
 
+
+
+def test_searched_sources_match_like_indexed_ones_and_leave_no_trace():
+    """A source put with indexed=False (searched by bytes.rfind) gives the places an indexed one gives,
+    ordered with the other sources by recency, and removing it leaves nothing behind."""
+    import random
+
+    rng = random.Random(1)
+    config = NgramConfig(min_ngram=2, max_ngram=4)
+    for _ in range(100):
+        texts = {name: [rng.choice([1, 2, 3, 4, 300, 70000]) for _ in range(rng.randint(3, 40))] for name in "abc"}
+        searched_as = set(rng.sample(sorted(texts), rng.randint(0, 3)))
+        indexed, mixed = NgramStore(config, max_per_key=4), NgramStore(config, max_per_key=4)
+        for name, tokens in texts.items():
+            indexed.put(name, 0, tokens)
+            mixed.put(name, 0, tokens, indexed=name not in searched_as)
+        suffix = [rng.choice([1, 2, 3, 4]) for _ in range(4)]
+        assert list(mixed.matches(suffix)) == list(indexed.matches(suffix)), (texts, searched_as, suffix)
+    mixed.sync({})
+    assert len(mixed) == 0 and mixed._table == {} and mixed._searched == {}
+    mixed.sync({"s": (1, [5, 6, 7, 5, 6, 8])}, searched={"s"})
+    assert "s" in mixed._searched and next(mixed.matches([5, 6])) == (2, [("s", 5), ("s", 2)])

@@ -84,7 +84,7 @@ async def test_l1_l5_ranges_in_the_negotiated_encoding(monkeypatch, encoding):
 
     seen = {}
 
-    def fake_complete(engine, document, position, codec, settings, others, should_stop, repo=None):
+    def fake_complete(engine, document, position, codec, settings, others, should_stop, repo=None, encoder=None):
         context = build_context(document, position, codec, _tokenizer(), ContextBudget())
         seen["prefix"], seen["suffix"] = context.prefix, context.suffix
         return Completion("world", context, Generation([1], "world", "stop", GenerationStats()), Mode(False))

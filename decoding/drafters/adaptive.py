@@ -36,9 +36,10 @@ class AdaptiveDrafter:
         every costlier source; ``None`` when no source proposes anything."""
         if context.verify_costs is not None:
             self.policy.set_verify_costs(context.verify_costs)
-        gains = [self.policy.best_gain(d.name, context.max_tokens) for d in self.drafters]
+        plans = [self.policy.plan(d.name, context.max_tokens) for d in self.drafters]
+        gains = [gain for _, gain in plans]
         for i, drafter in enumerate(self.drafters):
-            k = self.policy.choose(drafter.name, context.max_tokens)
+            k = plans[i][0]
             if k <= 0:
                 self.policy.idle(drafter.name)
                 continue
