@@ -17,6 +17,7 @@ Both ``textDocument/inlineCompletion`` and ``textDocument/completion`` come thro
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import threading
 import time
@@ -33,6 +34,15 @@ from lsp_server.prompt_tokens import PromptEncoder
 from lsp_server.type_through import TypeThroughCache
 from lsp_server.tracing import Tracer
 from lsp_server.worker import READY, ModelWorker
+
+
+def _after_answer(fn, *args, **kwargs) -> None:
+    """Run ``fn`` on the event loop just after the handler's answer is sent: the answer's JSON-RPC
+    response is written by a done-callback of the handler's task, which the loop schedules when the
+    task finishes; a callback that schedules ``fn`` again from the loop's queue lands behind it.
+    The log and status notifications then do not delay the answer (about 1 ms measured)."""
+    loop = asyncio.get_running_loop()
+    loop.call_soon(loop.call_soon, functools.partial(fn, *args, **kwargs))
 
 
 @dataclass(frozen=True)
@@ -94,7 +104,8 @@ class CompletionService:
         rest = self.type_through.lookup(uri, document.text, offset)
         if rest is not None:
             total_ms = 1000 * (time.perf_counter() - started)
-            self.tracer.request(request_id, method, uri, position, status="type-through cache hit", total_ms=total_ms)
+            _after_answer(self.tracer.request, request_id, method, uri, position, status="type-through cache hit",
+                          total_ms=total_ms)
             cursor = document.lines.position_at(offset, codec)  # a position past the line end is clamped
             return Answer(rest, types.Range(start=cursor, end=cursor), None)
         if self.worker.state != READY:
@@ -138,10 +149,10 @@ class CompletionService:
         generation = completion.generation
         total_ms = 1000 * (time.perf_counter() - started)
         status = "superseded" if generation.finish_reason == "cancelled" else "ok"
-        self.tracer.request(request_id, method, uri, position, status=status, queue_ms=wait_ms,
-                            completion=completion, total_ms=total_ms)
+        _after_answer(self.tracer.request, request_id, method, uri, position, status=status, queue_ms=wait_ms,
+                      completion=completion, total_ms=total_ms)
         if self.status is not None and status == "ok":
-            self.status.request_done(total_ms, completion)
+            _after_answer(self.status.request_done, total_ms, completion)
         if status != "ok" or not completion.insert_text.strip():
             return None
         self.type_through.remember(uri, document.text, offset, completion.insert_text)

@@ -65,9 +65,21 @@ def open_document(client: LanguageClient, name: str, text: str) -> str:
 
 
 async def inline(client: LanguageClient, uri: str, line: int, character: int) -> types.InlineCompletionList:
-    return await client.text_document_inline_completion_async(types.InlineCompletionParams(
+    """The answer, once the request's log line has arrived too (the server logs just after answering)."""
+    before = len(client.log_messages)
+    answer = await client.text_document_inline_completion_async(types.InlineCompletionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character),
         context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    await logged(client, before, f"{uri.rsplit('/', 1)[-1]}:{line}:{character} ")
+    return answer
+
+
+async def logged(client: LanguageClient, before: int, text: str) -> None:
+    """Wait (up to 2 s) for a log message after index ``before`` that contains ``text``."""
+    for _ in range(200):
+        if any(text in m.message for m in client.log_messages[before:]):
+            return
+        await asyncio.sleep(0.01)
 
 
 def utf16_len(text: str) -> int:
@@ -100,8 +112,10 @@ async def test_held_out_file_inline_completion_and_completion(client: LanguageCl
     assert item.insert_text.strip()
     assert item.range == types.Range(start=types.Position(line=line, character=character),
                                      end=types.Position(line=line, character=character))
+    before = len(client.log_messages)
     completion = await client.text_document_completion_async(types.CompletionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character)))
+    await logged(client, before, "type-through cache hit")
     assert len(completion.items) == 1
     assert completion.items[0].text_edit.new_text == item.insert_text  # greedy: the same completion
     # Every request is logged with an id, stage times and acceptance counts; the second request, at

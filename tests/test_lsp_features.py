@@ -59,10 +59,18 @@ def type_text(client: LanguageClient, uri: str, line: int, character: int, text:
 
 
 async def inline(client, uri, line, character, automatic=True):
+    """The answer, once the request's log line has arrived too (the server logs just after answering)."""
     kind = types.InlineCompletionTriggerKind.Automatic if automatic else types.InlineCompletionTriggerKind.Invoked
-    return await client.text_document_inline_completion_async(types.InlineCompletionParams(
+    before = len(client.log_messages)
+    answer = await client.text_document_inline_completion_async(types.InlineCompletionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character),
         context=types.InlineCompletionContext(trigger_kind=kind)))
+    where = f"{uri.rsplit('/', 1)[-1]}:{line}:{character} "
+    for _ in range(200):
+        if any(where in line for line in log_lines(client, before)):
+            break
+        await asyncio.sleep(0.01)
+    return answer
 
 
 def log_lines(client, since: int = 0) -> list[str]:
