@@ -6,11 +6,13 @@ import json
 import subprocess
 import sys
 
+import torch
+
 
 def test_bench_decode_reports_every_workload_and_method(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "lsp_server.cli", "bench", "decode", "--quick", "--methods", "ngram,tree,hf_prompt_lookup",
-         "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
+         "--dtype", "float32", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads((tmp_path / "results.json").read_text())
     assert {(r["workload"], r["method"]) for r in rows} == {
@@ -21,6 +23,7 @@ def test_bench_decode_reports_every_workload_and_method(tmp_path):
         assert row["tokens_per_s"] > 0
         if row["method"] != "hf_prompt_lookup":  # ours: exact greedy (fp32, fixed prompts)
             assert row["identical_to_plain"] is True
+            assert row["divergences_at_near_ties"] == row["other_divergences"] == 0
         if row["method"] == "none":
             assert row["speedup_vs_plain"] == 1.0 and row["tokens_per_pass"] == 1.0
     assert "speedup" in done.stdout
@@ -39,3 +42,25 @@ def test_cost_mode_times_each_k_relative_to_one_token(monkeypatch):
     rows = bench_decode.cost(["tiny"], "cpu", context=16, repeats=2)
     assert rows[0]["model_shape"] == "tiny" and rows[0]["decode_ms"] > 0
     assert set(rows[0]["verify_ratio"]) == {"2", "4", "8", "16"} and all(v > 0 for v in rows[0]["verify_ratio"].values())
+
+
+def test_a_divergence_is_a_near_tie_only_where_the_targets_logits_are_that_close():
+    """The classification can fail both ways: a token at the argmax's logit is a near tie, the
+    lowest-scoring token is not, and equal outputs are no divergence."""
+    from types import SimpleNamespace
+
+    from decoding.bench_decode import divergence_is_near_tie
+    from tests.conftest import tiny_model
+
+    model = tiny_model(seed=0)
+    prompt = [1, 2, 3]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]  # (V,)
+    top, bottom = int(logits.argmax()), int(logits.argmin())
+    engine = SimpleNamespace(target=SimpleNamespace(model=model))
+    assert divergence_is_near_tie(engine, prompt, [top, 5], [top, 5]) is False
+    assert divergence_is_near_tie(engine, prompt, [top], [bottom]) is False
+    with torch.no_grad():  # make the runner-up tie the top exactly
+        second = int(logits.topk(2).indices[1])
+        model.lm_head.weight[second] = model.lm_head.weight[top]
+    assert divergence_is_near_tie(engine, prompt, [top], [second]) is True

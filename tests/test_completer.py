@@ -24,7 +24,9 @@ UTF16 = codec_for("utf-16")
 
 @pytest.fixture(scope="module")
 def engine():
-    return Engine.load(EngineConfig(device="cpu"))
+    # float32: these tests check token-for-token equality, which bfloat16 may break at near-ties
+    # (see decoding.loading.resolve_dtype); "auto" would pick bfloat16 on CPUs that have it.
+    return Engine.load(EngineConfig(device="cpu", dtype="float32"))
 
 
 def held_out_prompts(engine, count: int) -> list[list[int]]:

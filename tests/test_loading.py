@@ -29,9 +29,14 @@ def other_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>")
 
 
-def test_starter_pair_loads_on_cpu_fp32_and_is_compatible():
+def test_starter_pair_loads_on_cpu_and_is_compatible():
+    """dtype auto on a CPU: bf16 where the CPU has it natively, else fp32; fp32 when asked."""
+    from decoding.loading import cpu_has_native_bf16
+
     target, draft = load_model("starter", device="cpu"), load_model("starter-draft", device="cpu")
-    assert target.model.dtype == torch.float32 and target.model.device.type == "cpu"
+    expected = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+    assert target.model.dtype == expected == draft.model.dtype and target.model.device.type == "cpu"
+    assert load_model("starter", device="cpu", dtype="float32").model.dtype == torch.float32
     assert not target.model.training
     check_draft_compatible(target, draft)
     params = sum(p.numel() for p in target.model.parameters())
@@ -72,3 +77,21 @@ def test_local_directories_never_touch_the_network():
     assert model_location("starter") == (str(TARGET_DIR), True)
     assert model_location(str(TARGET_DIR))[1] is True
     assert model_location("Qwen/Qwen2.5-Coder-7B") == ("Qwen/Qwen2.5-Coder-7B", False)
+
+
+def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch, tmp_path):
+    """The flags line decides: avx512_bf16 or amx_bf16 mean native bf16; other flags or no file do not."""
+    import builtins
+
+    from decoding import loading
+
+    real_open = builtins.open
+    info = tmp_path / "cpuinfo"
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(info if path == "/proc/cpuinfo" else path, *a, **k))
+    for flags, expected in (("fpu avx2 avx512f avx512_bf16", True), ("fpu amx_bf16 amx_tile", True),
+                            ("fpu avx2 avx512f", False), (None, False)):
+        if flags is None:
+            info.unlink()
+        else:
+            info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        assert loading.cpu_has_native_bf16() is expected, flags
