@@ -34,6 +34,7 @@ from lsp_server.repo_index import RepoIndex, identifiers
 from lsp_server.settings import Settings
 
 MAX_SOURCE_CHARS = 400_000  # other buffers larger than this are not used as n-gram sources
+COLD_PART_CHARS = 8_000  # a document part longer than this is first tokenised after the answer
 QUERY_LINES = (40, 10)  # lines before and after the cursor whose identifiers find related files
 
 
@@ -92,6 +93,7 @@ class Completion:
     generation: Generation
     mode: Mode
     ms: dict[str, float] = field(default_factory=dict)  # context, engine (the whole generate call), postprocess
+    warm_up: tuple[Callable[[], object], ...] = ()  # work for the model thread after answering (see complete)
 
 
 def generation_config(settings: Settings, mode: Mode, engine: Engine, seed: int | None) -> GenerationConfig:
@@ -136,6 +138,9 @@ def complete(
             and (for models that know the repository format) prompt snippets.
         should_stop: polled between verify rounds (cancellation).
         encoder: reuses the previous request's prompt tokens (see :mod:`lsp_server.prompt_tokens`).
+    Returns:
+        the :class:`Completion`; its ``warm_up`` functions (tokenising large parts of the document
+        seen for the first time) are for the caller to run on the model thread after answering.
     Raises:
         lsp_server.positions.PositionError: the position is not in the document.
     """
@@ -156,6 +161,7 @@ def complete(
     open_uris = {document.uri, *(d.uri for d in other_documents)}
     repo_files = set()  # kept in the store after they leave the pool: the file watcher reports their changes
     parts = set()  # parts of this document outside the prompt
+    warm_up: list[Callable[[], object]] = []
     for candidate in pool:  # similar repository files
         if candidate.uri not in sources and len(candidate.text) <= MAX_SOURCE_CHARS:
             sources[candidate.uri] = (candidate.version, candidate.text)
@@ -167,16 +173,20 @@ def complete(
         # so the store keeps their n-grams from keystroke to keystroke instead of indexing them again.
         # They are searched, not indexed (indexing a large file takes hundreds of milliseconds), and
         # tokenised through the encoder: the part above grows at its end when the window moves on.
+        # The first time, a large part is tokenised after the answer instead (warm_up), not on its path.
         full_prefix, full_suffix = document.model_split(offset)
         above = full_prefix[: len(full_prefix) - len(context.prefix)]
         below = full_suffix[len(context.suffix):]
         for part, text in (("above", above), ("below", below)):
-            if text:
-                name = f"{document.uri}#{part}"
-                tokens = (lambda key=(document.uri, part), text=text: encoder.encode(key, text)[0]) \
-                    if encoder is not None else text
-                sources[name] = ((len(text), hash(text)), tokens)
-                parts.add(name)
+            if not text:
+                continue
+            name, key = f"{document.uri}#{part}", (document.uri, part)
+            if encoder is not None and len(text) > COLD_PART_CHARS and not encoder.holds(key) and name not in engine.sources:
+                warm_up.append(lambda key=key, text=text: encoder.encode(key, text))
+                continue
+            tokens = (lambda key=key, text=text: encoder.encode(key, text)[0]) if encoder is not None else text
+            sources[name] = ((len(text), hash(text)), tokens)
+            parts.add(name)
     engine.sync_sources(sources, retain=repo_files, drop=open_uris, searched=parts)
     t1 = time.perf_counter()
     generation = engine.generate(context.prompt_ids, generation_config(settings, mode, engine, seed),
@@ -184,4 +194,4 @@ def complete(
     t2 = time.perf_counter()
     insert_text = postprocess(generation.text, context, mode, document.language_id, generation.finish_reason)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
-    return Completion(insert_text, context, generation, mode, ms)
+    return Completion(insert_text, context, generation, mode, ms, tuple(warm_up))

@@ -104,6 +104,10 @@ class PromptEncoder:
         return Encoded(text, old.ids[:restart] + tail.ids, old.offsets[:restart] + shifted,
                        old.words[:restart] + words)
 
+    def holds(self, key: object) -> bool:
+        """Whether tokens are cached under ``key``."""
+        return key in self._cache
+
     def encode(self, key: object, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """``(ids, offsets)`` of ``text`` (no special tokens added), as a full tokenisation gives them;
         reuses the tokens cached under ``key`` where the texts agree. Callers must not modify them."""

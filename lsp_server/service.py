@@ -153,6 +153,8 @@ class CompletionService:
                       completion=completion, total_ms=total_ms)
         if self.status is not None and status == "ok":
             _after_answer(self.status.request_done, total_ms, completion)
+        if completion.warm_up and self.worker.state == READY:  # on the model thread, after this answer
+            self.worker.submit(lambda engine: [work() for work in completion.warm_up])
         if status != "ok" or not completion.insert_text.strip():
             return None
         self.type_through.remember(uri, document.text, offset, completion.insert_text)

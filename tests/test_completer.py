@@ -132,3 +132,27 @@ def test_each_document_keeps_its_own_prompt_cache(engine):
     assert cold.stats.prefill_reused == 0 and cold.token_ids == again.token_ids
     engine.forget_source("a")
     assert engine.generate(prompt_a, config, "none", cache_key="a").stats.prefill_reused == 0
+
+
+def test_large_document_parts_are_tokenised_after_the_first_answer_then_drafted_from(engine):
+    """The first request in a large document leaves its parts outside the prompt to warm_up (run after
+    answering); once run, the next request searches them without tokenising anything large."""
+    from lsp_server.prompt_tokens import PromptEncoder
+
+    text = max(read_texts(stdlib_files(want_held_out=True)[:8]), key=len)
+    assert len(text) > 40_000
+    document = Document("file:///big.py", text, 0, "python")
+    line = len(text.split("\n")) // 2
+    encoder = PromptEncoder(engine.tokenizer)
+    settings = Settings(max_new_tokens=4)
+    engine.forget_source(document.uri)
+    first = complete(engine, document, types.Position(line=line, character=0), UTF16, settings, encoder=encoder)
+    assert first.warm_up and f"{document.uri}#above" not in engine.sources
+    for work in first.warm_up:
+        work()
+    second = complete(engine, document, types.Position(line=line, character=0), UTF16, settings, encoder=encoder)
+    assert second.warm_up == ()
+    above = engine.sources.tokens(f"{document.uri}#above")
+    assert above == engine.tokenizer.encode(text[: len(text) - len(text.split("\n", line)[-1])][: -len(
+        second.context.prefix)], add_special_tokens=False)
+    engine.forget_source(document.uri)
