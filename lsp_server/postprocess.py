@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lsp_server.syntax import INDENT_BLOCK_LANGUAGES, error_count, last_token_before, parser_for
+from lsp_server.syntax import INDENT_BLOCK_LANGUAGES, TailTrimmer, error_count, last_token_before, parser_for
 
 _CLOSERS = set(")]}>:;,.\"'`")
 _MAX_SYNTAX_TRIMS = 16  # parses per completion at most, for the error-based trimming
@@ -179,12 +179,12 @@ def _drop_lines_adding_errors(lines: list[str], ctx: TrimContext, parser) -> lis
     """The longest prefix of ``lines`` (whole lines, at least one) with the fewest syntax errors in the
     window around the cursor: trailing lines that open what they never close, or break what follows,
     go. At most ``_MAX_SYNTAX_TRIMS`` parses (the longest candidates)."""
-    prefix, suffix = ctx.prefix[-6000:], ctx.suffix[:3000]
+    trimmer = TailTrimmer(parser, ctx.prefix[-6000:], ctx.suffix[:3000])
     best_count, best_size = None, len(lines)
     for size in range(len(lines), max(0, len(lines) - _MAX_SYNTAX_TRIMS), -1):
         if size < len(lines) and not lines[size - 1].strip():
             continue
-        count = error_count(parser, prefix + "\n".join(lines[:size]) + suffix)
+        count = trimmer.error_count("\n".join(lines[:size]))
         if best_count is None or count < best_count:
             best_count, best_size = count, size
         if count == 0:

@@ -62,7 +62,49 @@ def parser_for(language_id: str) -> Parser | None:
 
 def error_count(parser: Parser, text: str) -> int:
     """Number of ERROR and MISSING nodes in ``text``'s tree (0 for well-formed code)."""
-    tree = parser.parse(text.encode("utf-8"))
+    return _errors(parser.parse(text.encode("utf-8")))
+
+
+def _point(data: bytes, offset: int) -> tuple[int, int]:
+    """Tree-sitter (row, byte column) of a byte offset."""
+    row = data.count(b"\n", 0, offset)
+    return row, offset - (data.rfind(b"\n", 0, offset) + 1)
+
+
+class TailTrimmer:
+    """Error counts of ``head + middle + tail`` for ever shorter ``middle``s, each parse incremental.
+
+    Tree-sitter re-parses only what an edit touched when given the edited old tree (``Tree.edit``,
+    then ``Parser.parse(new, old_tree)``), so trying ever shorter completions in a 9 KB window costs a
+    fraction of a full parse each.
+    """
+
+    def __init__(self, parser: Parser, head: str, tail: str):
+        self.parser = parser
+        self.head, self.tail = head.encode("utf-8"), tail.encode("utf-8")
+        self._middle: bytes | None = None
+        self._tree = None
+
+    def error_count(self, middle: str) -> int:
+        """Errors of ``head + middle + tail``; cheapest when ``middle`` shortens the previous one."""
+        new_middle = middle.encode("utf-8")
+        data = self.head + new_middle + self.tail
+        old = self._middle
+        if self._tree is None or old is None or not old.startswith(new_middle):
+            self._tree = self.parser.parse(data)
+        else:
+            old_data = self.head + old + self.tail
+            start = len(self.head) + len(new_middle)
+            old_end = len(self.head) + len(old)
+            self._tree.edit(start_byte=start, old_end_byte=old_end, new_end_byte=start,
+                            start_point=_point(old_data, start), old_end_point=_point(old_data, old_end),
+                            new_end_point=_point(data, start))
+            self._tree = self.parser.parse(data, self._tree)
+        self._middle = new_middle
+        return _errors(self._tree)
+
+
+def _errors(tree) -> int:
     count = 0
     stack = [tree.root_node]
     while stack:

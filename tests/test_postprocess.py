@@ -145,3 +145,26 @@ def test_type_through_answers_the_rest_after_matching_keystrokes():
     assert cache.lookup("other", typed, 16) is None
     cache.forget("u")
     assert cache.lookup("u", typed, 16) is None
+
+
+@pytest.mark.parametrize("language", ["python", "javascript", "go"])
+def test_incremental_error_counts_equal_fresh_parses(language):
+    """TailTrimmer's incremental re-parses (edited old tree) count the same errors as parsing each text
+    from scratch, for completions cut line by line, including non-ASCII text before the cut."""
+    import random
+
+    from lsp_server.syntax import TailTrimmer, error_count, parser_for
+
+    rng = random.Random(0)
+    parser = parser_for(language)
+    pieces = {"python": ["x = (1,", "    y = 'é'", "if a:", "    pass", "return b", "]", "def f(", "z = {}"],
+              "javascript": ["let x = [1,", "  y('é');", "if (a) {", "}", "return b;", ")", "function f(", "{"],
+              "go": ["x := []int{1,", "  y(\"é\")", "if a {", "}", "return b", ")", "func f(", "{"]}[language]
+    for _ in range(20):
+        head = "\n".join(rng.choice(pieces) for _ in range(rng.randint(0, 8))) + "\n"
+        tail = "\n" + "\n".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+        lines = [rng.choice(pieces) for _ in range(rng.randint(1, 10))]
+        trimmer = TailTrimmer(parser, head, tail)
+        for size in range(len(lines), 0, -1):
+            middle = "\n".join(lines[:size])
+            assert trimmer.error_count(middle) == error_count(parser, head + middle + tail), (head, middle, tail)
