@@ -70,12 +70,12 @@ class DocumentStore:
         """
         with self._lock:
             document = self._documents[params.text_document.uri]
-            text, in_sync, error = document.text, document.in_sync, None
+            # The line index follows the edits (LineIndex.edited), so a keystroke does not rescan the file.
+            index, in_sync, error = document.lines, document.in_sync, None
             for change in params.content_changes:
                 if isinstance(change, types.TextDocumentContentChangePartial):
                     if not in_sync:
                         continue  # offsets would refer to text we do not have
-                    index = LineIndex.of(text)
                     try:
                         start = index.offset_at(change.range.start, codec)
                         end = index.offset_at(change.range.end, codec)
@@ -83,10 +83,11 @@ class DocumentStore:
                         in_sync, error = False, exc
                         continue
                     start, end = min(start, end), max(start, end)
-                    text = text[:start] + change.text + text[end:]
+                    index = index.edited(start, end, change.text)
                 else:
-                    text, in_sync = change.text, True
-            document = Document(document.uri, text, params.text_document.version, document.language_id, in_sync)
+                    index, in_sync = LineIndex.of(change.text), True
+            document = Document(document.uri, index.text, params.text_document.version, document.language_id, in_sync)
+            document.__dict__["lines"] = index  # the cached_property's value: computed already
             del self._documents[document.uri]  # re-insert: most recently touched last
             self._documents[document.uri] = document
         if error is not None:

@@ -145,3 +145,20 @@ def test_long_prefix_start_stays_put_while_typing_so_the_prompt_cache_is_reused(
             shared.append(common)
         previous = context.prompt_ids
     assert min(shared) >= 512 - 128 - 8, shared  # all but the last few tokens of the prefix are shared
+
+
+def test_line_index_follows_edits_exactly():
+    """LineIndex.edited gives the index a fresh scan gives, for random edits that join or part \\r\\n
+    pairs, insert and delete breaks, and touch both ends of the text (the document store uses it)."""
+    import random
+
+    from lsp_server.positions import LineIndex
+
+    rng = random.Random(0)
+    alphabet = ["a", "b", "\n", "\r", "\r\n", " ", "\u2028", "é", "\x0c"]
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        start = rng.randint(0, len(text))
+        end = rng.randint(start, len(text))
+        replacement = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 5)))
+        assert LineIndex.of(text).edited(start, end, replacement) == LineIndex.of(text[:start] + replacement + text[end:])
