@@ -14,8 +14,26 @@ reuse the prompt prefix already in the cache.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from transformers import DynamicCache, PreTrainedModel
+
+
+def common_prefix_length(a: Sequence, b: Sequence) -> int:
+    """Length of the longest common prefix of two sliceable sequences (token lists, strings): a binary
+    search over slice comparisons, which run in C, after one check of the whole shorter length."""
+    limit = min(len(a), len(b))
+    if a[:limit] == b[:limit]:
+        return limit
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class KVCacheState:
@@ -47,18 +65,7 @@ class KVCacheState:
 
     def common_prefix(self, token_ids: list[int]) -> int:
         """Length of the longest common prefix of the cached ids and ``token_ids``."""
-        cached = self.token_ids
-        limit = min(len(cached), len(token_ids))
-        if cached[:limit] == token_ids[:limit]:
-            return limit
-        lo, hi = 0, limit  # binary search for the first mismatch on prefix equality
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if cached[:mid] == token_ids[:mid]:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return common_prefix_length(self.token_ids, token_ids)
 
     def sync(self, token_ids: list[int]) -> list[int]:
         """Roll back to the common prefix with ``token_ids`` and return the ids still to feed.

@@ -170,8 +170,8 @@ def complete(
     if context.truncated and len(document.text) <= MAX_SOURCE_CHARS:
         # The prompt holds only part of this document: the parts above and below it are draft sources
         # too. They do not change while the user types inside the window (its start moves in steps),
-        # so the store keeps their n-grams from keystroke to keystroke instead of indexing them again.
-        # They are searched, not indexed (indexing a large file takes hundreds of milliseconds), and
+        # so the store keeps them from keystroke to keystroke. They are searched, not indexed
+        # (indexing a large file takes hundreds of milliseconds), and
         # tokenised through the encoder: the part above grows at its end when the window moves on.
         # The first time, a large part is tokenised after the answer instead (warm_up), not on its path.
         full_prefix, full_suffix = document.model_split(offset)
@@ -181,7 +181,8 @@ def complete(
             if not text:
                 continue
             name, key = f"{document.uri}#{part}", (document.uri, part)
-            if encoder is not None and len(text) > COLD_PART_CHARS and not encoder.holds(key) and name not in engine.sources:
+            cold = encoder is not None and not encoder.holds(key) and name not in engine.sources
+            if cold and len(text) > COLD_PART_CHARS:
                 warm_up.append(lambda key=key, text=text: encoder.encode(key, text))
                 continue
             tokens = (lambda key=key, text=text: encoder.encode(key, text)[0]) if encoder is not None else text

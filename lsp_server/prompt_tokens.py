@@ -23,6 +23,8 @@ import bisect
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from decoding.kv_cache import common_prefix_length
+
 _OVERLAP_WORDS = 4  # pre-tokens tokenised again before the reuse point, and compared with the cache
 _SLOTS = 32  # cached texts (four per document: prefix window, suffix, the parts above and below them)
 
@@ -35,18 +37,6 @@ class Encoded:
     ids: list[int]
     offsets: list[tuple[int, int]]
     words: list[int | None]
-
-
-def _common_prefix_length(a: str, b: str) -> int:
-    """Length of the longest common prefix (binary search over slice comparisons, which run in C)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
 
 
 class PromptEncoder:
@@ -75,7 +65,7 @@ class PromptEncoder:
         return Encoded(text, ids, [tuple(o) for o in encoded["offset_mapping"]], list(range(len(ids))))
 
     def _spliced(self, old: Encoded, text: str) -> Encoded | None:
-        safe = _common_prefix_length(old.text, text) - self._margin  # characters whose tokens may be kept
+        safe = common_prefix_length(old.text, text) - self._margin  # characters whose tokens may be kept
         ends = [end for _, end in old.offsets]
         kept = bisect.bisect_right(ends, safe)  # old tokens that end at or before `safe`
         if kept == 0:

@@ -33,7 +33,7 @@ class _Source:
     version: object
     tokens: list[int]
     retain: bool = False  # may stay after it is no longer wanted (see NgramStore.sync)
-    buffer: TokenBuffer | None = None  # searched instead of indexed
+
 
 class NgramStore:
     """The n-gram table of a set of named token sources.
@@ -93,7 +93,7 @@ class NgramStore:
         source = _Source(version, list(tokens))
         self._sources[name] = source
         if not indexed:
-            source.buffer = self._searched[name] = TokenBuffer(self.config, source.tokens)
+            self._searched[name] = TokenBuffer(self.config, source.tokens)
             return True
         table, cap = self._table, self.max_per_key
         for key, next_token, position in self._keys(source.tokens):
@@ -113,8 +113,7 @@ class NgramStore:
         source = self._sources.pop(name, None)
         if source is None:
             return False
-        if source.buffer is not None:
-            del self._searched[name]
+        if self._searched.pop(name, None) is not None:
             return True
         table = self._table
         for key, next_token, _ in self._keys(source.tokens):
