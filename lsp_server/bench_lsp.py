@@ -9,8 +9,10 @@ on screen: this is what the type-through cache answers). A pause ends when its t
 or not: typing on supersedes the request in flight (the server cancels it), counted as cancelled.
 
 Reported: end-to-end latency p50/p95/p99 (request sent to answer received, this client's clock), for
-single-line completions separately; server overhead (end-to-end minus model time, from the server's
-JSON-lines trace); type-through cache hit latency and rate; cancellations; tokens per target pass.
+single-line completions separately; server overhead (the server's total, from reading the request to
+writing the answer, minus model time, from the server's JSON-lines trace) with its parts, and the
+end-to-end overhead (the client's latency minus model time, which adds the pipes and this client's own
+JSON-RPC work); type-through cache hit latency and rate; cancellations; tokens per target pass.
 A measurement command, not a test.
 """
 
@@ -170,10 +172,10 @@ async def run_bench(args: argparse.Namespace) -> dict:
 def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
     """Figures from the client's samples joined (in request order) with the server's trace records."""
     ids = sorted(records)
-    latencies, single, overhead, hits, passes = [], [], [], [], []
-    # Overhead by stage. server_other: the server's time outside the staged work (JSON-RPC dispatch,
-    # the hop to the model thread and back, tracing); transport: the client's latency minus the server's
-    # total (pipes, this client's JSON-RPC and event loop).
+    latencies, single, overhead, end_to_end, hits, passes = [], [], [], [], [], []
+    # Overhead by stage. rpc_in / rpc_out: the server's JSON-RPC work before and after the handler;
+    # server_other: the rest outside the staged work (the hop to the model thread and back); transport:
+    # the client's latency minus the server's total (pipes, this client's JSON-RPC and event loop).
     parts: dict[str, list[float]] = {}
     cancelled = 0
     for sample, request_id in zip(samples, ids):
@@ -192,9 +194,11 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
         if sample["single_line"]:
             single.append(latency)
         model_ms = sum(record["ms"].get(k, 0.0) for k in ("prefill", "draft", "verify"))
-        overhead.append(latency - model_ms)
-        server = {k: record["ms"].get(k, 0.0) for k in ("queue", "context", "decode_other", "postprocess")}
         total = record["ms"].get("total", 0.0)
+        overhead.append(total - model_ms)
+        end_to_end.append(latency - model_ms)
+        server = {k: record["ms"].get(k, 0.0) for k in ("rpc_in", "queue", "context", "decode_other", "postprocess",
+                                                        "rpc_out")}
         for stage, ms in (*server.items(), ("server_other", total - model_ms - sum(server.values())),
                           ("transport", latency - total)):
             parts.setdefault(stage, []).append(ms)
@@ -207,6 +211,7 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
                        "p99": percentile(latencies, 99), "count": len(latencies)},
         "single_line_latency_ms": {"p50": percentile(single, 50), "p95": percentile(single, 95), "count": len(single)},
         "overhead_ms": {"p50": percentile(overhead, 50), "p95": percentile(overhead, 95)},
+        "end_to_end_overhead_ms": {"p50": percentile(end_to_end, 50), "p95": percentile(end_to_end, 95)},
         "overhead_parts_ms": {stage: {"p50": percentile(values, 50), "p95": percentile(values, 95)}
                               for stage, values in parts.items()},
         "cache_hit_ms": {"p50": percentile(hits, 50), "p95": percentile(hits, 95), "count": len(hits)},
@@ -224,8 +229,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
-    for key in ("requests", "latency_ms", "single_line_latency_ms", "overhead_ms", "overhead_parts_ms", "cache_hit_ms",
-                "cache_hit_rate", "cancelled", "tokens_per_pass"):
+    for key in ("requests", "latency_ms", "single_line_latency_ms", "overhead_ms", "end_to_end_overhead_ms",
+                "overhead_parts_ms", "cache_hit_ms", "cache_hit_rate", "cancelled", "tokens_per_pass"):
         print(f"{key:<24} {json.dumps(result[key])}")
     return 0
 

@@ -28,7 +28,7 @@ from lsp_server.context import CompletionContext, ContextBudget, build_context, 
 from lsp_server.documents import Document
 from lsp_server.positions import to_document_text
 from lsp_server.postprocess import Mode, TrimContext, decide_mode, trim
-from lsp_server.prompt_tokens import PromptEncoder
+from lsp_server.prompt_tokens import PromptEncoder, document_key
 from lsp_server.repo_context import RECENT_BUFFERS, Candidate, candidates, select_snippets
 from lsp_server.repo_index import RepoIndex, identifiers
 from lsp_server.settings import Settings
@@ -177,15 +177,18 @@ def complete(
         full_prefix, full_suffix = document.model_split(offset)
         above = full_prefix[: len(full_prefix) - len(context.prefix)]
         below = full_suffix[len(context.suffix):]
-        for part, text in (("above", above), ("below", below)):
+        whole = document_key(document.uri)
+        for part, text, at in (("above", above, 0), ("below", below, len(full_prefix) + len(context.suffix))):
             if not text:
                 continue
-            name, key = f"{document.uri}#{part}", (document.uri, part)
-            cold = encoder is not None and not encoder.holds(key) and name not in engine.sources
+            name, key, origin = f"{document.uri}#{part}", (document.uri, part), (whole, at)
+            cold = (encoder is not None and not encoder.holds(key) and not encoder.holds(whole)
+                    and name not in engine.sources)
             if cold and len(text) > COLD_PART_CHARS:
-                warm_up.append(lambda key=key, text=text: encoder.encode(key, text))
+                warm_up.append(lambda key=key, text=text, origin=origin: encoder.encode(key, text, origin))
                 continue
-            tokens = (lambda key=key, text=text: encoder.encode(key, text)[0]) if encoder is not None else text
+            tokens = ((lambda key=key, text=text, origin=origin: encoder.encode(key, text, origin)[0])
+                      if encoder is not None else text)
             sources[name] = ((len(text), hash(text)), tokens)
             parts.add(name)
     engine.sync_sources(sources, retain=repo_files, drop=open_uris, searched=parts)

@@ -25,9 +25,10 @@ from lsprotocol import types
 
 from lsp_server.documents import Document
 from lsp_server.positions import line_ending
-from lsp_server.prompt_tokens import PromptEncoder
+from lsp_server.prompt_tokens import PromptEncoder, document_key
 
-Encode = Callable[[str], tuple[list[int], list[tuple[int, int]]]]  # text -> (ids, character offsets)
+# (text, where it starts in the string it was cut from) -> (ids, character offsets)
+Encode = Callable[[str, int], tuple[list[int], list[tuple[int, int]]]]
 
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
 REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
@@ -80,7 +81,7 @@ def _keep_tail(encode: Encode, text: str, budget: int) -> tuple[str, list[int]]:
         start = ((len(text) - limit) // step + 1) * step  # rounded up: stays put while typing
     trimmed = start > 0
     text = text[start:]
-    ids, offsets = encode(text)
+    ids, offsets = encode(text, start)
     if len(ids) <= budget and not trimmed:
         return text, ids
     if not ids:
@@ -108,7 +109,7 @@ def _keep_head(encode: Encode, text: str, budget: int) -> tuple[str, list[int]]:
     if budget == 0:
         return "", []
     text = text[: budget * _MAX_CHARS_PER_TOKEN]
-    ids, offsets = encode(text)
+    ids, offsets = encode(text, 0)
     if len(ids) <= budget:
         return text, ids
     last = budget  # tokens kept: ids[:last]
@@ -165,14 +166,16 @@ def build_context(
     line_suffix = document.text[offset:line_end]
     full_prefix, full_suffix = document.model_split(offset)
     encoder = encoder if encoder is not None and encoder.tokenizer is tokenizer else PromptEncoder(tokenizer)
-    prefix, prefix_ids = _keep_tail(lambda text: encoder.encode((document.uri, "prefix"), text), full_prefix,
-                                    budget.prefix_tokens)
+    whole = document_key(document.uri)  # the document's own tokens, when the encoder was given them
+    prefix, prefix_ids = _keep_tail(lambda text, at: encoder.encode((document.uri, "prefix"), text, (whole, at)),
+                                    full_prefix, budget.prefix_tokens)
     special = tokenizer.get_added_vocab()  # FIM markers are added tokens (a small dict, unlike get_vocab)
     fim = all(t in special for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
     labels: tuple[str, ...] = ()
     if fim:
-        suffix, suffix_ids = _keep_head(lambda text: encoder.encode((document.uri, "suffix"), text), full_suffix,
-                                        budget.suffix_tokens)
+        suffix, suffix_ids = _keep_head(
+            lambda text, at: encoder.encode((document.uri, "suffix"), text, (whole, len(full_prefix) + at)),
+            full_suffix, budget.suffix_tokens)
         prompt_ids = [special[FIM_PREFIX], *prefix_ids, special[FIM_SUFFIX], *suffix_ids, special[FIM_MIDDLE]]
         if repo is not None and knows_repo_format(tokenizer):
             header, labels = _repo_header(tokenizer, repo, snippets, budget.extra_tokens)

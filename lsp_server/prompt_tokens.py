@@ -15,6 +15,11 @@ that many characters short of the change as well. Other tokenizer families (a Se
 ``Metaspace`` that marks the first word, for example) could still differ when restarted, so every
 splice is checked: the re-tokenised text starts a few pre-tokens early, and those tokens must equal
 the cached ones, or the whole text is tokenised again.
+
+A document tokenised once as a whole (:meth:`PromptEncoder.seed`, when it is opened) also serves the
+first request's windows, which start inside it: tokenising again from a window's start, the scan
+falls back in step with the document's pre-tokens within a few of them, and from there on the
+document's tokens are the window's. That point is checked the same way before the tokens are used.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 from decoding.kv_cache import common_prefix_length
 
 _OVERLAP_WORDS = 4  # pre-tokens tokenised again before the reuse point, and compared with the cache
-_SLOTS = 32  # cached texts (four per document: prefix window, suffix, the parts above and below them)
+_SLOTS = 40  # cached texts (five per document: the whole, prefix window, suffix, the parts above and below)
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,11 @@ class Encoded:
     ids: list[int]
     offsets: list[tuple[int, int]]
     words: list[int | None]
+
+
+def document_key(uri: str) -> tuple[str, str]:
+    """The key a whole document's tokens are cached under (see :meth:`PromptEncoder.seed`)."""
+    return (uri, "document")
 
 
 class PromptEncoder:
@@ -94,14 +104,66 @@ class PromptEncoder:
         return Encoded(text, old.ids[:restart] + tail.ids, old.offsets[:restart] + shifted,
                        old.words[:restart] + words)
 
+    def _rebased(self, document: Encoded, start: int, length: int) -> Encoded | None:
+        """Tokens of about ``document.text[start:start + length]`` (whole tokens) from the document's
+        own, or ``None`` when the restarted scan does not fall in step with them within a few pre-tokens."""
+        first = bisect.bisect_left(document.offsets, (start, -1))  # the first token starting at or after `start`
+        if first >= len(document.ids):
+            return None
+        words_seen, join, word = 0, first, document.words[first]
+        while join < len(document.ids) and words_seen < 2:  # two whole pre-tokens in: past the restart's effects
+            while join < len(document.ids) and document.words[join] == word:
+                join += 1
+            words_seen += 1
+            word = document.words[join] if join < len(document.ids) else None
+        check, words_seen = join, 0
+        while check < len(document.ids) and words_seen < _OVERLAP_WORDS:  # a few more, compared
+            word = document.words[check]
+            while check < len(document.ids) and document.words[check] == word:
+                check += 1
+            words_seen += 1
+        if join >= len(document.ids) or check == join:
+            return None
+        head_end = document.offsets[check - 1][1]
+        head = self._full(document.text[start:head_end])
+        shifted = [(a + start, b + start) for a, b in head.offsets]
+        try:
+            at = shifted.index(document.offsets[join])
+        except ValueError:
+            return None
+        if (head.ids[at:] != document.ids[join:check] or shifted[at:] != document.offsets[join:check]
+                or _word_breaks(head.words[at:]) != _word_breaks(document.words[join:check])):
+            return None
+        end = max(check, bisect.bisect_right(document.offsets, (start + length + self._margin, 2**62)))
+        shift = (head.words[at] if head.words[at] is not None else 0) - (document.words[join] or 0)
+        words = head.words[:at] + [None if w is None else w + shift for w in document.words[join:end]]
+        offsets = head.offsets[:at] + [(a - start, b - start) for a, b in document.offsets[join:end]]
+        return Encoded(document.text[start:document.offsets[end - 1][1]], head.ids[:at] + document.ids[join:end],
+                       offsets, words)
+
+    def seed(self, key: object, text: str) -> None:
+        """Tokenise a whole document under ``key``, for :meth:`encode` calls that name it as ``origin``."""
+        self.encode(key, text)
+
     def holds(self, key: object) -> bool:
         """Whether tokens are cached under ``key``."""
         return key in self._cache
 
-    def encode(self, key: object, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    def encode(self, key: object, text: str, origin: tuple[object, int] | None = None,
+               ) -> tuple[list[int], list[tuple[int, int]]]:
         """``(ids, offsets)`` of ``text`` (no special tokens added), as a full tokenisation gives them;
-        reuses the tokens cached under ``key`` where the texts agree. Callers must not modify them."""
+        reuses the tokens cached under ``key`` where the texts agree. Callers must not modify them.
+
+        Args:
+            origin: ``(document key, offset)``: where ``text`` probably starts in a document given to
+                :meth:`seed`; its tokens serve when nothing is cached under ``key`` yet.
+        """
         old = self._cache.pop(key, None)
+        if old is None and origin is not None and self._backend is not None:
+            document = self._cache.get(origin[0])
+            if document is not None and 0 <= origin[1] <= len(document.text):
+                self._cache.move_to_end(origin[0])
+                old = self._rebased(document, origin[1], len(text))
         encoded = None
         if old is not None and self._backend is not None:
             encoded = old if old.text == text else self._spliced(old, text)
@@ -111,3 +173,8 @@ class PromptEncoder:
         while len(self._cache) > _SLOTS:
             self._cache.popitem(last=False)
         return encoded.ids, encoded.offsets
+
+
+def _word_breaks(words: list[int | None]) -> list[bool]:
+    """Whether each token starts a new pre-token (relative to the one before it)."""
+    return [i == 0 or words[i] is None or words[i] != words[i - 1] for i in range(len(words))]

@@ -19,13 +19,27 @@ from lsp_server.documents import DocumentStore
 from lsp_server.features.status import StatusBoard
 from lsp_server.service import CompletionService
 from lsp_server.settings import Settings
-from lsp_server.tracing import Tracer
+from lsp_server.tracing import RpcClock, Tracer
 from lsp_server.worker import ModelWorker
 
 
 class SpeclspProtocol(LanguageServerProtocol):
     """pygls' protocol, except that ``didChange`` for a document that is not open does not raise a
-    ``KeyError`` inside pygls' workspace: our handler reports it as a warning and keeps going."""
+    ``KeyError`` inside pygls' workspace: our handler reports it as a warning and keeps going; and
+    that it notes when each request was read and its response written (``clock``, for tracing)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.clock = RpcClock()
+
+    def structure_message(self, data):
+        if isinstance(data, dict) and "method" in data and "id" in data and "jsonrpc" in data:
+            self.clock.received(data["id"])
+        return super().structure_message(data)
+
+    def _send_response(self, msg_id, result=None, error=None):
+        super()._send_response(msg_id, result, error)
+        self.clock.responded(msg_id)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
@@ -51,7 +65,7 @@ class SpeclspServer(LanguageServer):
         self.repo_building = None  # the RepoIndex being built
         self.index_watcher = None
         self.service = CompletionService(self.store, self.worker, self.tracer, lambda: self.settings, self.status,
-                                         lambda: self.repo)
+                                         lambda: self.repo, rpc=lambda: (self.protocol.msg_id, self.protocol.clock))
 
 
     def trace_value(self) -> str:

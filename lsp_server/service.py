@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from lsp_server.completer import Completion, complete
+from lsp_server.completer import MAX_SOURCE_CHARS, Completion, complete
 from lsp_server.documents import DocumentStore
 from lsp_server.positions import PositionError, codec_for
 from lsp_server.postprocess import decide_mode
-from lsp_server.prompt_tokens import PromptEncoder
+from lsp_server.prompt_tokens import PromptEncoder, document_key
 from lsp_server.type_through import TypeThroughCache
 from lsp_server.tracing import Tracer
 from lsp_server.worker import READY, ModelWorker
@@ -58,23 +58,62 @@ class CompletionService:
     """Turns requests into model work and answers."""
 
     def __init__(self, store: DocumentStore, worker: ModelWorker, tracer: Tracer, settings_ref, status=None,
-                 repo_ref=lambda: None):
+                 repo_ref=lambda: None, rpc=lambda: (None, None)):
         self.store = store
         self.worker = worker
         self.tracer = tracer
         self.settings_ref = settings_ref  # callable returning the current Settings
         self.status = status  # StatusBoard or None
         self.repo_ref = repo_ref  # callable returning the RepoIndex or None
+        self.rpc = rpc  # callable returning (the current JSON-RPC message id, the protocol's RpcClock or None)
         self.position_encoding: str | None = None  # set after initialize
         self._ids = itertools.count(1)
         self._inflight: dict[tuple[str, str], threading.Event] = {}  # (uri, method) -> cancel flag
         self.type_through = TypeThroughCache()
         self._encoder: PromptEncoder | None = None  # prompt tokens between requests (model thread only)
 
+    def _encoder_for(self, engine) -> PromptEncoder | None:
+        """The prompt encoder for the engine's tokenizer (model thread only)."""
+        tokenizer = getattr(engine, "tokenizer", None)
+        if tokenizer is not None and (self._encoder is None or self._encoder.tokenizer is not tokenizer):
+            self._encoder = PromptEncoder(tokenizer)  # first use, or the model was replaced
+        return self._encoder
+
+    def document_opened(self, uri: str) -> None:
+        """Tokenise a newly opened document on the model thread, ahead of its first request, whose
+        prompt windows then start from these tokens instead of tokenising up to 10 KB on its path."""
+        if self.worker.state != READY:
+            return
+
+        def seed(engine) -> None:
+            document = self.store.get(uri)
+            encoder = self._encoder_for(engine)
+            if document is not None and encoder is not None and len(document.text) <= MAX_SOURCE_CHARS:
+                encoder.seed(document_key(uri), document.model_text)
+
+        self.worker.submit(seed)
+
     def cancel_document(self, uri: str, method: str | None = None) -> None:
         """Stop the generations in flight for ``uri`` (one method, or all) at their next verify round."""
         for key in [k for k in self._inflight if k[0] == uri and (method is None or k[1] == method)]:
             self._inflight.pop(key).set()
+
+    def _trace(self, started: float, ended: float, msg_id, clock, *args, completion: Completion | None = None,
+               **kwargs) -> None:
+        """Log a request once its answer is written: ``total`` from reading the request to writing the
+        answer when the protocol's clock knows both, else the handler's own time (``started`` to
+        ``ended``, ``time.perf_counter()`` seconds)."""
+        handler_ms = 1000 * (ended - started)
+        total_ms, rpc_ms = handler_ms, (0.0, 0.0)
+        if clock is not None and msg_id is not None:
+            received, responded = clock.times(msg_id)
+            clock.forget(msg_id)
+            if received is not None and responded is not None and received <= started <= ended <= responded:
+                rpc_ms = (1000 * (started - received), 1000 * (responded - ended))
+                total_ms = 1000 * (responded - received)
+        self.tracer.request(*args, completion=completion, total_ms=total_ms, rpc_ms=rpc_ms, **kwargs)
+        if self.status is not None and completion is not None and kwargs.get("status") == "ok":
+            self.status.request_done(total_ms, completion)
 
     async def complete(self, method: str, uri: str, position: types.Position, automatic: bool = False) -> Answer | None:
         """Complete at ``position``; ``None`` when there is nothing to offer.
@@ -87,6 +126,7 @@ class CompletionService:
         """
         request_id = next(self._ids)
         started = time.perf_counter()
+        msg_id, clock = self.rpc()
         document = self.store.get(uri)
         if document is None:
             raise JsonRpcInvalidParams(f"document {uri} is not open; send textDocument/didOpen first")
@@ -103,9 +143,8 @@ class CompletionService:
             return None
         rest = self.type_through.lookup(uri, document.text, offset)
         if rest is not None:
-            total_ms = 1000 * (time.perf_counter() - started)
-            _after_answer(self.tracer.request, request_id, method, uri, position, status="type-through cache hit",
-                          total_ms=total_ms)
+            _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request_id, method, uri, position,
+                          status="type-through cache hit")
             cursor = document.lines.position_at(offset, codec)  # a position past the line end is clamped
             return Answer(rest, types.Range(start=cursor, end=cursor), None)
         if self.worker.state != READY:
@@ -126,11 +165,8 @@ class CompletionService:
             wait_ms = 1000 * (time.perf_counter() - queued)
             if cancelled.is_set():  # superseded while queued: no context, no prefill
                 return wait_ms, None
-            tokenizer = getattr(engine, "tokenizer", None)
-            if tokenizer is not None and (self._encoder is None or self._encoder.tokenizer is not tokenizer):
-                self._encoder = PromptEncoder(tokenizer)  # first request, or the model was replaced
             result = complete(engine, document, position, codec, self.settings_ref(), others, cancelled.is_set,
-                              repo=self.repo_ref(), encoder=self._encoder)
+                              repo=self.repo_ref(), encoder=self._encoder_for(engine))
             return wait_ms, result
 
         try:
@@ -147,14 +183,13 @@ class CompletionService:
             self.tracer.request(request_id, method, uri, position, status="superseded", queue_ms=wait_ms)
             return None
         generation = completion.generation
-        total_ms = 1000 * (time.perf_counter() - started)
         status = "superseded" if generation.finish_reason == "cancelled" else "ok"
-        _after_answer(self.tracer.request, request_id, method, uri, position, status=status, queue_ms=wait_ms,
-                      completion=completion, total_ms=total_ms)
-        if self.status is not None and status == "ok":
-            _after_answer(self.status.request_done, total_ms, completion)
-        if completion.warm_up and self.worker.state == READY:  # on the model thread, after this answer
-            self.worker.submit(lambda engine: [work() for work in completion.warm_up])
+        _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request_id, method, uri, position,
+                      status=status, queue_ms=wait_ms, completion=completion)
+        if completion.warm_up and self.worker.state == READY:
+            # On the model thread once the answer is written: tokenising a large part holds the GIL,
+            # which would otherwise delay writing the answer.
+            _after_answer(self.worker.submit, lambda engine: [work() for work in completion.warm_up])
         if status != "ok" or not completion.insert_text.strip():
             return None
         self.type_through.remember(uri, document.text, offset, completion.insert_text)

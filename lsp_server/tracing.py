@@ -10,6 +10,11 @@
   and in the trace file at verbose level). The trace value is the client's (``initialize`` ``trace``
   or ``$/setTrace``); when the client leaves it ``off``, the ``traceLevel`` setting applies.
 * ``traceFile`` setting: one JSON object per request appended to that file.
+
+A request's ``total`` runs from the moment the server has read and decoded its JSON-RPC message to
+the moment the answer is written to the pipe (:class:`RpcClock`); ``rpc_in`` and ``rpc_out`` are the
+parts before the handler starts (dispatch, parameter conversion) and after it returns (serialising and
+writing the answer).
 """
 
 from __future__ import annotations
@@ -26,6 +31,36 @@ from lsprotocol import types
 log = logging.getLogger("speclsp.trace")
 
 OFF, MESSAGES, VERBOSE = "off", "messages", "verbose"
+
+
+class RpcClock:
+    """When each JSON-RPC request was received and its response written (``time.perf_counter()``
+    seconds), by message id. The protocol marks both; request handlers read them. Keeps the newest
+    ``limit`` requests."""
+
+    def __init__(self, limit: int = 256):
+        self._limit = limit
+        self._received: dict[object, float] = {}
+        self._responded: dict[object, float] = {}
+
+    def received(self, msg_id: object) -> None:
+        self._received[msg_id] = time.perf_counter()
+        if len(self._received) > self._limit:
+            oldest = next(iter(self._received))
+            self._received.pop(oldest)
+            self._responded.pop(oldest, None)
+
+    def responded(self, msg_id: object) -> None:
+        if msg_id in self._received:
+            self._responded[msg_id] = time.perf_counter()
+
+    def times(self, msg_id: object) -> tuple[float | None, float | None]:
+        """(received, responded) of a request; ``None`` for what is not known (yet)."""
+        return self._received.get(msg_id), self._responded.get(msg_id)
+
+    def forget(self, msg_id: object) -> None:
+        self._received.pop(msg_id, None)
+        self._responded.pop(msg_id, None)
 
 
 class Tracer:
@@ -64,8 +99,15 @@ class Tracer:
             self._send(types.LogMessageParams(type=kind, message=text))
 
     def request(self, request_id: int, method: str, uri: str, position: types.Position, status: str,
-                queue_ms: float = 0.0, completion=None, total_ms: float = 0.0) -> dict:
-        """Trace one answered request; returns the record (without code text)."""
+                queue_ms: float = 0.0, completion=None, total_ms: float = 0.0,
+                rpc_ms: tuple[float, float] = (0.0, 0.0)) -> dict:
+        """Trace one answered request; returns the record (without code text).
+
+        Args:
+            total_ms: the whole request in the server, milliseconds.
+            rpc_ms: (``rpc_in``, ``rpc_out``) milliseconds: from reading the request to the handler's
+                start, and from its end to the answer written.
+        """
         name = uri.rsplit("/", 1)[-1]
         record: dict = {"time": round(time.time(), 3), "id": request_id, "method": method, "file": name,
                         "line": position.line, "character": position.character, "status": status}
@@ -75,9 +117,9 @@ class Tracer:
             model = {k: v for k, v in stats.ms.items() if k != "total"}
             # The engine's own bookkeeping around the model: detokenizing, stops, cache and source upkeep.
             decode_other = max(0.0, completion.ms.get("engine", 0.0) - sum(model.values()))
-            stages = {"queue": queue_ms, "context": completion.ms.get("context", 0.0), **model,
+            stages = {"rpc_in": rpc_ms[0], "queue": queue_ms, "context": completion.ms.get("context", 0.0), **model,
                       "decode_other": decode_other, "postprocess": completion.ms.get("postprocess", 0.0),
-                      "total": total_ms}
+                      "rpc_out": rpc_ms[1], "total": total_ms}
             parts.append(" ".join(f"{k}={v:.1f}ms" for k, v in stages.items()))
             sources = " ".join(f"{n}={s.accepted}/{s.drafted}" for n, s in sorted(stats.sources.items())) or "-"
             parts.append(f"prefill_tokens={stats.prefill_computed} reused={stats.prefill_reused} "

@@ -12,14 +12,15 @@ from lsp_server.bench_lsp import percentile, pick_functions, summarize
 
 def test_summary_joins_client_samples_with_server_records_in_request_order():
     samples = [
-        {"latency_ms": 120.0, "single_line": True},
+        {"latency_ms": 121.0, "single_line": True},
         {"latency_ms": 2.0, "single_line": True},
         {"single_line": False, "pending": None},  # superseded by typing
         {"latency_ms": 300.0, "single_line": False},
     ]
     records = {
-        1: {"id": 1, "status": "ok", "ms": {"queue": 1.0, "context": 1.5, "prefill": 50.0, "draft": 10.0, "verify": 57.0,
-                                            "decode_other": 0.2, "total": 119.9}, "tokens_per_pass": 2.0},
+        1: {"id": 1, "status": "ok", "ms": {"rpc_in": 0.3, "queue": 1.0, "context": 1.5, "prefill": 50.0, "draft": 10.0,
+                                            "verify": 57.0, "decode_other": 0.2, "rpc_out": 0.2, "total": 120.4},
+            "tokens_per_pass": 2.0},
         2: {"id": 2, "status": "type-through cache hit", "ms": {"total": 0.3}},
         3: {"id": 3, "status": "superseded"},
         4: {"id": 4, "status": "ok", "ms": {"prefill": 100.0, "draft": 50.0, "verify": 140.0, "total": 296.0},
@@ -27,15 +28,18 @@ def test_summary_joins_client_samples_with_server_records_in_request_order():
     }
     result = summarize(samples, records, [("json/x.py", "", 0, 0)])
     assert result["requests"] == 4 and result["cancelled"] == 1
-    assert result["latency_ms"]["count"] == 2 and result["single_line_latency_ms"]["p50"] == 120.0
-    assert result["overhead_ms"]["p50"] in (3.0, 10.0)
-    # per request, queue + context + decode_other + postprocess + server_other + transport:
-    # 3.0 = 1 + 1.5 + 0.2 + 0 + 0.2 + 0.1, and 10.0 = 0 + 0 + 0 + 0 + 6 + 4
+    assert result["latency_ms"]["count"] == 2 and result["single_line_latency_ms"]["p50"] == 121.0
+    # server overhead: the server's total minus model time (3.4 and 6.0); end to end: the client's
+    # latency minus model time (4.0 and 10.0)
+    assert (result["overhead_ms"]["p50"], result["overhead_ms"]["p95"]) == (3.4, 6.0)
+    assert (result["end_to_end_overhead_ms"]["p50"], result["end_to_end_overhead_ms"]["p95"]) == (4.0, 10.0)
+    # per request, rpc_in + queue + context + decode_other + postprocess + rpc_out + server_other = overhead:
+    # 3.4 = 0.3 + 1 + 1.5 + 0.2 + 0 + 0.2 + 0.2, and 6.0 = server_other; transport = latency - total
     parts = result["overhead_parts_ms"]
     assert parts["queue"]["p95"] == 1.0 and parts["context"]["p95"] == 1.5 and parts["postprocess"]["p95"] == 0.0
-    assert parts["decode_other"]["p95"] == 0.2
+    assert parts["decode_other"]["p95"] == 0.2 and parts["rpc_in"]["p95"] == 0.3 and parts["rpc_out"]["p95"] == 0.2
     assert (parts["server_other"]["p50"], parts["server_other"]["p95"]) == (0.2, 6.0)
-    assert (parts["transport"]["p50"], parts["transport"]["p95"]) == (0.1, 4.0)
+    assert (parts["transport"]["p50"], parts["transport"]["p95"]) == (0.6, 4.0)
     assert result["cache_hit_ms"]["p50"] == 2.0 and result["cache_hit_rate"] == round(1 / 3, 4)
     assert result["tokens_per_pass"] == 3.0
 

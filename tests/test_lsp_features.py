@@ -142,7 +142,11 @@ async def test_set_trace_verbose_sends_details_with_code_and_messages_without(cl
     assert client.traces, "verbose trace sends $/logTrace"
     detail = json.loads(client.traces[-1].verbose)
     assert detail["method"] == "inlineCompletion" and detail["file"] == "trace.py"
-    assert set(detail["ms"]) >= {"queue", "context", "prefill", "draft", "verify", "postprocess", "total"}
+    assert set(detail["ms"]) >= {"rpc_in", "queue", "context", "prefill", "draft", "verify", "postprocess", "rpc_out",
+                                 "total"}
+    # total spans reading the request to writing the answer: every stage, rpc_in and rpc_out included
+    stages = sum(v for k, v in detail["ms"].items() if k != "total")
+    assert detail["ms"]["rpc_in"] > 0 and detail["ms"]["rpc_out"] > 0 and stages <= detail["ms"]["total"] + 0.1
     assert detail["tokens"] >= 1 and "accepted" in detail
     if result.items:
         assert detail["insert_text"] == result.items[0].insert_text  # code text: verbose only

@@ -168,3 +168,26 @@ def test_incremental_error_counts_equal_fresh_parses(language):
         for size in range(len(lines), 0, -1):
             middle = "\n".join(lines[:size])
             assert trimmer.error_count(middle) == error_count(parser, head + middle + tail), (head, middle, tail)
+
+
+def test_syntax_window_is_the_enclosing_definition_not_a_cut_inside_a_docstring():
+    """The parsed window starts at the enclosing definition and ends before the next one. A window cut
+    at a fixed character count can start inside a docstring: valid code then parses with many errors."""
+    from lsp_server.postprocess import _WINDOW_HEAD_CHARS, syntax_window
+
+    docstring = '    def earlier(self):\n        """' + "Words that are prose, not code.\n        " * 200 + '"""\n'
+    prefix = "class A:\n" + docstring + "\n    def current(self, x):\n        y = x + 1\n        "
+    suffix = "\n        return y\n\n    def later(self):\n        return 2\n"
+    assert len(docstring) > _WINDOW_HEAD_CHARS
+    head, tail = syntax_window(prefix, suffix)
+    assert head.startswith("    def current(self, x):\n") and head.endswith("        y = x + 1\n        ")
+    assert tail == "\n        return y\n"
+    parser = parser_for("python")
+    middle = "z = y * 2"
+    assert error_count(parser, head + middle + tail) <= 1  # at most the indented first line
+    assert error_count(parser, prefix[-_WINDOW_HEAD_CHARS:] + middle + suffix) > 5
+    # brace languages: closing lines at the definition's depth stay in the tail
+    head, tail = syntax_window("int a;\nint f() {\n  if (x) {\n    ", "\n  }\n}\nint g() {\n}\n")
+    assert head == "int f() {\n  if (x) {\n    " and tail == "\n  }\n}"
+    # a short prefix keeps its first line
+    assert syntax_window("def f():\n    ", "")[0] == "def f():\n    "

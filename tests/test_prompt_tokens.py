@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from decoding.starter import TARGET_DIR
-from lsp_server.prompt_tokens import PromptEncoder
+from lsp_server.prompt_tokens import PromptEncoder, document_key
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +56,44 @@ def test_a_splice_that_does_not_match_the_cache_falls_back_to_a_full_tokenisatio
     before = encoder.reused_tokens
     assert encoder.encode("k", text + "x") == full(tokenizer, text + "x")
     assert encoder.reused_tokens == before
+
+
+def test_windows_of_a_seeded_document_equal_full_tokenisations(tokenizer):
+    """A document tokenised once (seed) serves windows that start anywhere in it (inside a word, a
+    line break, non-ASCII text), with or without characters typed after it: each answer equals
+    tokenising the window alone, and most tokens come from the document's."""
+    import json.decoder
+    import json.encoder
+
+    rng = random.Random(1)
+    document = Path(json.decoder.__file__).read_text() + "\n# é → ü 🙂\n" + Path(json.encoder.__file__).read_text()
+    encoder = PromptEncoder(tokenizer)
+    encoder.seed(document_key("d"), document)
+    total = 0
+    for trial in range(200):
+        start = rng.randrange(len(document))
+        text = document[start:start + rng.randrange(1, 4000)]
+        if rng.random() < 0.5:
+            text += rng.choice(["a", "\n", "    ", "é", "(x):\n"])
+        ids, offsets = encoder.encode(("window", trial), text, (document_key("d"), start))
+        assert (ids, offsets) == full(tokenizer, text), (trial, start)
+        total += len(ids)
+    assert encoder.reused_tokens > 0.8 * total
+
+
+def test_a_seeded_document_that_does_not_match_at_the_window_start_is_not_used(tokenizer):
+    """The check where a window's own tokens join the document's can fail: tampered document tokens
+    there are not used, the window is tokenised in full."""
+    document = Path(json.__file__).read_text()[:6000]
+    encoder = PromptEncoder(tokenizer)
+    encoder.seed(document_key("d"), document)
+    cached = encoder._cache[document_key("d")]
+    start = 2000
+    first = next(i for i, (a, _) in enumerate(cached.offsets) if a >= start)
+    tampered = list(cached.ids)
+    for i in range(first, first + 12):
+        tampered[i] = (tampered[i] + 1) % len(tokenizer)
+    encoder._cache[document_key("d")] = replace(cached, ids=tampered)
+    text = document[start:5000]
+    assert encoder.encode("w", text, (document_key("d"), start)) == full(tokenizer, text)
+    assert encoder.reused_tokens == 0

@@ -40,6 +40,29 @@ async def test_requests_before_ready_get_empty_answers_then_real_ones():
     worker.shutdown()
 
 
+async def test_an_opened_document_is_tokenised_ahead_and_its_first_request_starts_from_those_tokens():
+    import json.decoder
+    from pathlib import Path
+
+    from lsp_server.prompt_tokens import document_key
+
+    store = DocumentStore()
+    worker = ModelWorker()
+    service = CompletionService(store, worker, Tracer(), lambda: Settings(max_new_tokens=4))
+    assert worker.load(Settings().engine_config()).result(timeout=120) == READY
+    text = Path(json.decoder.__file__).read_text()
+    uri = "file:///big.py"
+    store.open(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
+    service.document_opened(uri)
+    worker.submit(lambda engine: None).result(timeout=60)  # the seeding ran before this
+    assert service._encoder is not None and service._encoder.holds(document_key(uri))
+    before = service._encoder.reused_tokens
+    line = text[:text.index("def py_scanstring")].count("\n") + 3
+    await service.complete("inlineCompletion", uri, types.Position(line=line, character=4))
+    assert service._encoder.reused_tokens - before > 1000  # the prompt window's tokens (about 1,300)
+    worker.shutdown()
+
+
 async def test_failed_load_answers_empty_and_keeps_the_error():
     worker = ModelWorker(lambda config, on_stage: (_ for _ in ()).throw(FileNotFoundError("no weights here")))
     assert worker.load(Settings().engine_config()).result(timeout=10) == ERROR
