@@ -178,16 +178,16 @@ def complete(
         above = full_prefix[: len(full_prefix) - len(context.prefix)]
         below = full_suffix[len(context.suffix):]
         whole = document_key(document.uri)
-        for part, text, at in (("above", above, 0), ("below", below, len(full_prefix) + len(context.suffix))):
+        for part, text, at in (("above", above, 0), ("below", below, -len(below))):  # found from the ends
             if not text:
                 continue
             name, key, origin = f"{document.uri}#{part}", (document.uri, part), (whole, at)
             cold = (encoder is not None and not encoder.holds(key) and not encoder.holds(whole)
                     and name not in engine.sources)
             if cold and len(text) > COLD_PART_CHARS:
-                warm_up.append(lambda key=key, text=text, origin=origin: encoder.encode(key, text, origin))
+                warm_up.append(lambda key=key, text=text, origin=origin: encoder.ids(key, text, origin))
                 continue
-            tokens = ((lambda key=key, text=text, origin=origin: encoder.encode(key, text, origin)[0])
+            tokens = ((lambda key=key, text=text, origin=origin: encoder.ids(key, text, origin))
                       if encoder is not None else text)
             sources[name] = ((len(text), hash(text)), tokens)
             parts.add(name)

@@ -166,7 +166,9 @@ def build_context(
     line_suffix = document.text[offset:line_end]
     full_prefix, full_suffix = document.model_split(offset)
     encoder = encoder if encoder is not None and encoder.tokenizer is tokenizer else PromptEncoder(tokenizer)
-    whole = document_key(document.uri)  # the document's own tokens, when the encoder was given them
+    # The document's own tokens, when the encoder was given them at its opening: the prefix is found
+    # from the document's start, the suffix from its end (the user has typed since, at the cursor).
+    whole = document_key(document.uri)
     prefix, prefix_ids = _keep_tail(lambda text, at: encoder.encode((document.uri, "prefix"), text, (whole, at)),
                                     full_prefix, budget.prefix_tokens)
     special = tokenizer.get_added_vocab()  # FIM markers are added tokens (a small dict, unlike get_vocab)
@@ -174,7 +176,7 @@ def build_context(
     labels: tuple[str, ...] = ()
     if fim:
         suffix, suffix_ids = _keep_head(
-            lambda text, at: encoder.encode((document.uri, "suffix"), text, (whole, len(full_prefix) + at)),
+            lambda text, at: encoder.encode((document.uri, "suffix"), text, (whole, at - len(full_suffix))),
             full_suffix, budget.suffix_tokens)
         prompt_ids = [special[FIM_PREFIX], *prefix_ids, special[FIM_SUFFIX], *suffix_ids, special[FIM_MIDDLE]]
         if repo is not None and knows_repo_format(tokenizer):

@@ -36,12 +36,25 @@ _SLOTS = 40  # cached texts (five per document: the whole, prefix window, suffix
 
 @dataclass(frozen=True)
 class Encoded:
-    """A text's tokens: ids, (start, end) character offsets, and each token's pre-token index."""
+    """A text's tokens: ids, (start, end) character offsets, and each token's pre-token index.
+
+    The offsets count from ``base`` characters before the text: tokens taken from a whole document
+    keep the document's offsets (shifting tens of thousands of them per request would cost more than
+    the tokenising saved), and :meth:`relative` shifts them when a caller needs them.
+    """
 
     text: str
     ids: list[int]
     offsets: list[tuple[int, int]]
     words: list[int | None]
+    base: int = 0
+
+    def relative(self) -> "Encoded":
+        """The same tokens with offsets counted from the text's start."""
+        if not self.base:
+            return self
+        offsets = [(a - self.base, b - self.base) for a, b in self.offsets]
+        return Encoded(self.text, self.ids, offsets, self.words)
 
 
 def document_key(uri: str) -> tuple[str, str]:
@@ -76,8 +89,7 @@ class PromptEncoder:
 
     def _spliced(self, old: Encoded, text: str) -> Encoded | None:
         safe = common_prefix_length(old.text, text) - self._margin  # characters whose tokens may be kept
-        ends = [end for _, end in old.offsets]
-        kept = bisect.bisect_right(ends, safe)  # old tokens that end at or before `safe`
+        kept = bisect.bisect_right(old.offsets, safe + old.base, key=_end)  # old tokens ending at or before `safe`
         if kept == 0:
             return None
         last_word = old.words[kept - 1]
@@ -92,40 +104,42 @@ class PromptEncoder:
             words_seen += 1
         if restart == kept:
             return None
-        start = old.offsets[restart][0]
+        start = old.offsets[restart][0] - old.base
         tail = self._full(text[start:])
         overlap = kept - restart
-        shifted = [(a + start, b + start) for a, b in tail.offsets]
+        at = start + old.base
+        shifted = [(a + at, b + at) for a, b in tail.offsets]
         if tail.ids[:overlap] != old.ids[restart:kept] or shifted[:overlap] != old.offsets[restart:kept]:
             return None  # this tokenizer does not restart cleanly here
-        base = (old.words[restart - 1] + 1) if restart and old.words[restart - 1] is not None else 0
-        words = [None if w is None else w + base for w in tail.words]
+        first_word = (old.words[restart - 1] + 1) if restart and old.words[restart - 1] is not None else 0
+        words = [None if w is None else w + first_word for w in tail.words]
         self.reused_tokens += restart
         return Encoded(text, old.ids[:restart] + tail.ids, old.offsets[:restart] + shifted,
-                       old.words[:restart] + words)
+                       old.words[:restart] + words, old.base)
 
     def _rebased(self, document: Encoded, start: int, length: int) -> Encoded | None:
         """Tokens of about ``document.text[start:start + length]`` (whole tokens) from the document's
-        own, or ``None`` when the restarted scan does not fall in step with them within a few pre-tokens."""
-        first = bisect.bisect_left(document.offsets, (start, -1))  # the first token starting at or after `start`
-        if first >= len(document.ids):
+        own, or ``None`` when the restarted scan does not fall in step with them within a few
+        pre-tokens. The result keeps the document's offsets (``base`` = ``start``)."""
+        if document.base:
             return None
-        words_seen, join, word = 0, first, document.words[first]
-        while join < len(document.ids) and words_seen < 2:  # two whole pre-tokens in: past the restart's effects
-            while join < len(document.ids) and document.words[join] == word:
+        first = bisect.bisect_left(document.offsets, (start, -1))  # the first token starting at or after `start`
+        count = len(document.ids)
+        join, words_seen = first, 0
+        while join < count and words_seen < 2:  # two whole pre-tokens in: past the restart's effects
+            word = document.words[join]
+            while join < count and document.words[join] == word:
                 join += 1
             words_seen += 1
-            word = document.words[join] if join < len(document.ids) else None
         check, words_seen = join, 0
-        while check < len(document.ids) and words_seen < _OVERLAP_WORDS:  # a few more, compared
+        while check < count and words_seen < _OVERLAP_WORDS:  # a few more, compared
             word = document.words[check]
-            while check < len(document.ids) and document.words[check] == word:
+            while check < count and document.words[check] == word:
                 check += 1
             words_seen += 1
-        if join >= len(document.ids) or check == join:
+        if check == join:
             return None
-        head_end = document.offsets[check - 1][1]
-        head = self._full(document.text[start:head_end])
+        head = self._full(document.text[start:document.offsets[check - 1][1]])
         shifted = [(a + start, b + start) for a, b in head.offsets]
         try:
             at = shifted.index(document.offsets[join])
@@ -135,11 +149,27 @@ class PromptEncoder:
                 or _word_breaks(head.words[at:]) != _word_breaks(document.words[join:check])):
             return None
         end = max(check, bisect.bisect_right(document.offsets, (start + length + self._margin, 2**62)))
-        shift = (head.words[at] if head.words[at] is not None else 0) - (document.words[join] or 0)
-        words = head.words[:at] + [None if w is None else w + shift for w in document.words[join:end]]
-        offsets = head.offsets[:at] + [(a - start, b - start) for a, b in document.offsets[join:end]]
+        # the head's pre-token numbers, moved to run into the document's
+        shift = (document.words[join] or 0) - (head.words[at] or 0)
+        words = [None if w is None else w + shift for w in head.words[:at]] + document.words[join:end]
+        self.reused_tokens += end - join
         return Encoded(document.text[start:document.offsets[end - 1][1]], head.ids[:at] + document.ids[join:end],
-                       offsets, words)
+                       shifted[:at] + document.offsets[join:end], words, start)
+
+    def _from_document(self, origin: tuple[object, int], length: int) -> Encoded | None:
+        document = self._cache.get(origin[0])
+        if document is None:
+            return None
+        start = origin[1] if origin[1] >= 0 else len(document.text) + origin[1]
+        if not 0 <= start <= len(document.text):
+            return None
+        self._cache.move_to_end(origin[0])
+        return self._rebased(document, start, length)
+
+    def forget(self, uri: str) -> None:
+        """Drop every text cached under a key ``(uri, ...)`` (the document was closed)."""
+        for key in [k for k in self._cache if isinstance(k, tuple) and k[:1] == (uri,)]:
+            del self._cache[key]
 
     def seed(self, key: object, text: str) -> None:
         """Tokenise a whole document under ``key``, for :meth:`encode` calls that name it as ``origin``."""
@@ -156,23 +186,40 @@ class PromptEncoder:
 
         Args:
             origin: ``(document key, offset)``: where ``text`` probably starts in a document given to
-                :meth:`seed`; its tokens serve when nothing is cached under ``key`` yet.
+                :meth:`seed` (a negative offset counts from the document's end, for text below an
+                edit); its tokens serve when less than half of ``text`` begins as the one cached
+                under ``key`` does (nothing cached yet, or the text moved).
         """
+        encoded = self._encode(key, text, origin)
+        if encoded.base:
+            encoded = self._cache[key] = encoded.relative()
+        return encoded.ids, encoded.offsets
+
+    def ids(self, key: object, text: str, origin: tuple[object, int] | None = None) -> list[int]:
+        """The ids of :meth:`encode`, without shifting offsets (cheaper for a large part of a document)."""
+        return self._encode(key, text, origin).ids
+
+    def _encode(self, key: object, text: str, origin: tuple[object, int] | None) -> Encoded:
         old = self._cache.pop(key, None)
-        if old is None and origin is not None and self._backend is not None:
-            document = self._cache.get(origin[0])
-            if document is not None and 0 <= origin[1] <= len(document.text):
-                self._cache.move_to_end(origin[0])
-                old = self._rebased(document, origin[1], len(text))
         encoded = None
-        if old is not None and self._backend is not None:
-            encoded = old if old.text == text else self._spliced(old, text)
+        if self._backend is not None:
+            shared = common_prefix_length(old.text, text) if old is not None else 0
+            if shared < len(text) // 2 and origin is not None:  # the text moved: try the document's tokens
+                rebased = self._from_document(origin, len(text))
+                if rebased is not None and common_prefix_length(rebased.text, text) > shared:
+                    old = rebased
+            if old is not None:
+                encoded = old if old.text == text else self._spliced(old, text)
         if encoded is None:
             encoded = self._full(text)
         self._cache[key] = encoded
         while len(self._cache) > _SLOTS:
             self._cache.popitem(last=False)
-        return encoded.ids, encoded.offsets
+        return encoded
+
+
+def _end(offset: tuple[int, int]) -> int:
+    return offset[1]
 
 
 def _word_breaks(words: list[int | None]) -> list[bool]:

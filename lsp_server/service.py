@@ -31,6 +31,7 @@ from lsp_server.documents import DocumentStore
 from lsp_server.positions import PositionError, codec_for
 from lsp_server.postprocess import decide_mode
 from lsp_server.prompt_tokens import PromptEncoder, document_key
+from lsp_server.syntax import parser_for
 from lsp_server.type_through import TypeThroughCache
 from lsp_server.tracing import Tracer
 from lsp_server.worker import READY, ModelWorker
@@ -81,7 +82,8 @@ class CompletionService:
 
     def document_opened(self, uri: str) -> None:
         """Tokenise a newly opened document on the model thread, ahead of its first request, whose
-        prompt windows then start from these tokens instead of tokenising up to 10 KB on its path."""
+        prompt windows then start from these tokens instead of tokenising up to 10 KB on its path;
+        load its language's tree-sitter grammar too."""
         if self.worker.state != READY:
             return
 
@@ -90,8 +92,15 @@ class CompletionService:
             encoder = self._encoder_for(engine)
             if document is not None and encoder is not None and len(document.text) <= MAX_SOURCE_CHARS:
                 encoder.seed(document_key(uri), document.model_text)
+            if document is not None:
+                parser_for(document.language_id)  # loads the grammar on first use of a language
 
         self.worker.submit(seed)
+
+    def document_closed(self, uri: str) -> None:
+        """Forget a closed document's prompt tokens (on the model thread)."""
+        if self.worker.state == READY:
+            self.worker.submit(lambda engine: self._encoder.forget(uri) if self._encoder is not None else None)
 
     def cancel_document(self, uri: str, method: str | None = None) -> None:
         """Stop the generations in flight for ``uri`` (one method, or all) at their next verify round."""

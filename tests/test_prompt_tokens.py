@@ -97,3 +97,34 @@ def test_a_seeded_document_that_does_not_match_at_the_window_start_is_not_used(t
     text = document[start:5000]
     assert encoder.encode("w", text, (document_key("d"), start)) == full(tokenizer, text)
     assert encoder.reused_tokens == 0
+
+
+def test_parts_of_a_seeded_document_keep_its_offsets_until_asked(tokenizer):
+    """ids() of a part takes the document's tokens without shifting their offsets; a later encode()
+    of the same key, after an edit, still equals a full tokenisation."""
+    document = Path(json.__file__).read_text()
+    encoder = PromptEncoder(tokenizer)
+    encoder.seed(document_key("d"), document)
+    start = 1500
+    part = document[start:]
+    assert encoder.ids("below", part, (document_key("d"), start)) == full(tokenizer, part)[0]
+    assert encoder._cache["below"].base == start
+    edited = part[:3000] + "é\n" + part[3000:]
+    assert encoder.encode("below", edited) == full(tokenizer, edited)
+    assert encoder._cache["below"].base == 0
+
+
+def test_a_window_that_moved_far_starts_from_the_document_and_closing_forgets(tokenizer):
+    """When the cached window shares little with the new one (the cursor jumped), the seeded
+    document's tokens serve instead; forget() drops a document's texts."""
+    document = Path(json.__file__).read_text()
+    encoder = PromptEncoder(tokenizer)
+    encoder.seed(document_key("d"), document)
+    encoder.encode(("d", "prefix"), document[:3000])
+    before = encoder.reused_tokens
+    text = document[5000:9000]
+    assert encoder.encode(("d", "prefix"), text, (document_key("d"), 5000)) == full(tokenizer, text)
+    assert encoder.reused_tokens - before > 0.8 * len(full(tokenizer, text)[0])
+    encoder.encode("other", "x = 1")
+    encoder.forget("d")
+    assert not encoder.holds(document_key("d")) and not encoder.holds(("d", "prefix")) and encoder.holds("other")

@@ -31,5 +31,6 @@ def register(server) -> None:
         ls.service.cancel_document(uri)
         ls.service.type_through.forget(uri)
         ls.store.close(uri)
+        ls.service.document_closed(uri)
         if ls.worker.engine is not None:
             ls.worker.engine.forget_source(uri)
