@@ -139,6 +139,10 @@ async def run_bench(args: argparse.Namespace) -> dict:
     await client.start_io(sys.executable, "-m", "lsp_server.cli", "serve")
     ready = asyncio.Event()
 
+    @client.feature("speclsp/status")
+    def on_status(params) -> None:  # the server's status notifications: not measured here
+        pass
+
     @client.feature(types.WINDOW_LOG_MESSAGE)
     def on_log(params: types.LogMessageParams) -> None:
         if "models ready" in params.message or "model loading failed" in params.message:
