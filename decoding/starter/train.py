@@ -127,6 +127,34 @@ class Batches:
         return torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows])
 
 
+class _BatchStream(torch.utils.data.IterableDataset):
+    """Endless batches from :class:`Batches`, each DataLoader worker with its own seeded random state."""
+
+    def __init__(self, batches: Batches, batch_size: int, seed: int):
+        super().__init__()
+        self.batches, self.batch_size, self.seed = batches, batch_size, seed
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        worker = info.id if info is not None else 0
+        self.batches.rng.seed(self.seed * 1000 + worker)
+        while True:
+            yield self.batches(self.batch_size)
+
+
+def batch_source(batches: Batches, batch_size: int, workers: int, seed: int) -> Callable[[], tuple]:
+    """A function returning the next ``(ids, weights)`` batch: built in this process (``workers`` 0,
+    reproducible and resumable to the step) or by ``workers`` DataLoader processes (fast enough to keep
+    a GPU busy; the data stream then depends on the workers' interleaving and is not resumed exactly)."""
+    if workers <= 0:
+        return lambda: batches(batch_size)
+    loader = torch.utils.data.DataLoader(_BatchStream(batches, batch_size, seed), batch_size=None,
+                                         num_workers=workers, pin_memory=torch.cuda.is_available(),
+                                         prefetch_factor=4, persistent_workers=True)
+    stream = iter(loader)
+    return lambda: next(stream)
+
+
 def lr_at(cfg: TrainConfig, step: int, progress: float) -> float:
     """Linear warm-up, then cosine decay over ``progress`` in [0, 1] (time or steps, whichever is further)."""
     if step < cfg.warmup_steps:
@@ -170,8 +198,10 @@ def _save_checkpoint(path: Path, state: dict) -> None:
 
 def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, name: str,
                 checkpoint: Path | None = None, log_path: Path | None = None, probe: CopyProbe | None = None,
-                phase: dict | None = None, after_step: Callable[[], None] | None = None) -> dict:
-    """Optimise ``model`` in place; returns the steps, tokens and last training loss.
+                phase: dict | None = None, after_step: Callable[[], None] | None = None,
+                data_workers: int = 0) -> dict:
+    """Optimise ``model`` in place, on the device its parameters are on (fp32 weights; on CUDA the
+    forward and backward run under bfloat16 autocast); returns the steps, tokens and last training loss.
 
     Args:
         checkpoint: file for model, optimizer and data-sampler state, written every
@@ -183,23 +213,27 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
             from the checkpoint's records a new phase starting at the resumed step.
         after_step: called after every optimizer step and once before the first (after a resumed
             checkpoint is loaded), e.g. to hold parameters fixed.
+        data_workers: DataLoader processes building batches (see :func:`batch_source`); 0 builds them here.
     """
     torch.manual_seed(cfg.seed)
+    device = next(model.parameters()).device
+    cuda = device.type == "cuda"
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg.lr,
         betas=(0.9, 0.95),
+        fused=cuda or None,
     )
     step, tokens, loss_ema, spent = 0, 0, None, 0.0
     phases = [{"from_step": 0, **(phase or {})}]
     if checkpoint is not None and checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=False)
+        state = torch.load(checkpoint, weights_only=False, map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         batches.rng.setstate(state["data_rng"])
-        torch.set_rng_state(state["torch_rng"])
+        torch.set_rng_state(state["torch_rng"].cpu())
         step, tokens, loss_ema, spent = state["step"], state["tokens"], state["loss_ema"], state["seconds"]
         phases = state.get("phases", phases)
         if {k: v for k, v in phases[-1].items() if k != "from_step"} != (phase or {}):
@@ -215,6 +249,7 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
             })
 
     log = log_path.open("a") if log_path is not None else None
+    next_batch = batch_source(batches, cfg.batch_size, data_workers, cfg.seed + step)
     if after_step is not None:
         after_step()
     model.train()
@@ -231,8 +266,10 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
             lr = lr_at(cfg, step, max(elapsed / budget_s, step / cfg.max_steps))
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            batch, weights = batches(cfg.batch_size)  # (B, T + 1) each
-            logits = model(input_ids=batch[:, :-1]).logits  # (B, T, V)
+            batch, weights = next_batch()  # (B, T + 1) each
+            batch, weights = batch.to(device, non_blocking=True), weights.to(device, non_blocking=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+                logits = model(input_ids=batch[:, :-1]).logits  # (B, T, V)
             per_token = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten(),
                                                           reduction="none")  # (B * T,)
             target_weights = weights[:, 1:].flatten()  # (B * T,)
@@ -276,7 +313,7 @@ def held_out_loss(model: Qwen2ForCausalLM, token_ids: list[int], context: int, m
     total, count = 0.0, 0
     windows = [token_ids[i : i + context + 1] for i in range(0, len(token_ids) - context, context)][:max_windows]
     for window in windows:
-        ids = torch.tensor([window])  # (1, T + 1)
+        ids = torch.tensor([window], device=model.device)  # (1, T + 1)
         logits = model(input_ids=ids[:, :-1]).logits.float()  # (1, T, V)
         total += torch.nn.functional.cross_entropy(logits[0], ids[0, 1:], reduction="sum").item()
         count += context
@@ -302,7 +339,7 @@ def model_card(name: str, info: dict) -> str:
         "|---|---|",
     ]
     for key in ("parameters", "shape", "vocab_size", "context", "steps", "train_tokens", "train_seconds",
-                "batch_size", "runs", "data_mix", "data_sources", "training_files", "held_out_loss", "held_out_tokens",
+                "batch_size", "device", "runs", "data_mix", "data_sources", "training_files", "held_out_loss", "held_out_tokens",
                 "weights_dtype", "python"):
         lines.append(f"| {key} | `{json.dumps(info.get(key))}` |")
     lines += ["", "Held-out loss: mean next-token cross-entropy in nats per token on plain held-out text, "
@@ -353,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-windows", type=int, default=48)
     parser.add_argument("--probe-every", type=int, default=100, help="steps between copy-probe scores")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where to train (auto: CUDA when there is a GPU); CUDA trains under bf16 autocast")
+    parser.add_argument("--data-workers", type=int, default=0,
+                        help="processes building batches (0: in the training process, exactly resumable); "
+                             "a GPU needs several to be kept busy")
     parser.add_argument("--init-from", type=Path, default=None,
                         help="continue from the models (and tokenizer) in this directory instead of training "
                              "from scratch; the training record accumulates steps and tokens")
@@ -370,6 +412,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.data_workers > 0:  # the workers are forked after this process has used the tokenizer
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda, but torch sees no CUDA device")
+    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+                          else "cpu")
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     args.work_dir.mkdir(parents=True, exist_ok=True)
@@ -410,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             torch.manual_seed(args.seed)
             model = Qwen2ForCausalLM(build_config(shape, tokenizer, args.context))
+        model = model.to(device)
         built_head = args.previous_token_head == "always" or (args.previous_token_head == "fresh" and not previous)
         # The head is written again after every step: its attention pattern stays fixed while the rest
         # of the model learns to use it (left free, training eroded it within 70 steps).
@@ -427,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
                              log_path=args.work_dir / "train.log.jsonl", probe=probe,
                              phase={"data_mix": asdict(mix), "source_weight": args.source_weight,
                                     "previous_token_distances": list(args.previous_token_distances) if built_head else []},
-                             after_step=keep_head if built_head else None)
+                             after_step=keep_head if built_head else None, data_workers=args.data_workers)
         run_keys = ("steps", "train_tokens", "train_seconds", "lr", "seed")
         runs = previous.get("runs", [{k: previous.get(k) for k in run_keys}] if previous else [])
         runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")}
@@ -436,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
                        "copy_probe": probe(model)})
         record.update(runs=runs, steps=sum(r["steps"] for r in runs), train_tokens=sum(r["train_tokens"] for r in runs),
                       train_seconds=round(sum(r["train_seconds"] for r in runs), 1))
-        model = model.to(torch.bfloat16)
+        model = model.to("cpu", torch.bfloat16)
         out_dir = args.out / name
         out_dir.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(out_dir)
@@ -446,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         record.update(
             parameters=sum(p.numel() for p in shipped.parameters()),
             shape=asdict(shape), vocab_size=len(tokenizer), context=args.context,
-            batch_size=args.batch_size, data_mix=asdict(mix), data_sources=sources,
+            batch_size=args.batch_size, data_mix=asdict(mix), data_sources=sources, device=device.type,
             training_files=len(train_texts), held_out_packages=list(held_out), weights_dtype="bfloat16",
             python=sys.version.split()[0],
         )
