@@ -25,7 +25,11 @@ from decoding.tree import DraftTree
 class NgramConfig:
     """Match lengths of the n-gram drafter."""
 
-    min_ngram: int = 2  # shortest suffix that may be matched, in tokens
+    # Shortest suffix that may be matched, in tokens. One token, as in transformers' prompt lookup:
+    # where verifying k tokens costs about as much as one (a CPU in bf16, a GPU), even a one-token
+    # match's draft pays. Measured with `speclsp bench decode` prompts (10 edit, 10 FIM): tokens per
+    # pass 1.44 -> 1.59 (edit) and 1.42 -> 1.58 (FIM), tokens/s +6% and +4%, against min_ngram 2.
+    min_ngram: int = 1
     max_ngram: int = 6  # longest suffix tried first, in tokens
 
     def __post_init__(self) -> None:
