@@ -2,10 +2,15 @@
 
 Incremental changes are applied with :mod:`lsp_server.positions` (LSP line breaks, negotiated
 encoding), so a document holding form feeds or U+2028 keeps its coordinates right.
+
+A lone UTF-16 surrogate (JSON allows ``"\\udcff"``; no UTF-8 text holds one) is stored as U+FFFD:
+the tokenizer cannot encode it, and the replacement has the same length in code points and in UTF-16
+units, so every position stays where the client put it.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from functools import cached_property
@@ -14,6 +19,14 @@ from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
 from lsp_server.positions import LineIndex, PositionError, to_model_text
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _scrubbed(text: str) -> str:
+    """``text`` with each lone surrogate code point replaced by U+FFFD (same lengths)."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 @dataclass(frozen=True)
@@ -51,7 +64,7 @@ class DocumentStore:
         self._lock = threading.Lock()
 
     def open(self, item: types.TextDocumentItem) -> Document:
-        document = Document(item.uri, item.text, item.version, item.language_id)
+        document = Document(item.uri, _scrubbed(item.text), item.version, item.language_id)
         with self._lock:
             self._documents.pop(item.uri, None)  # insertion order = least to most recently touched
             self._documents[item.uri] = document
@@ -83,9 +96,9 @@ class DocumentStore:
                         in_sync, error = False, exc
                         continue
                     start, end = min(start, end), max(start, end)
-                    index = index.edited(start, end, change.text)
+                    index = index.edited(start, end, _scrubbed(change.text))
                 else:
-                    index, in_sync = LineIndex.of(change.text), True
+                    index, in_sync = LineIndex.of(_scrubbed(change.text)), True
             document = Document(document.uri, index.text, params.text_document.version, document.language_id, in_sync)
             document.__dict__["lines"] = index  # the cached_property's value: computed already
             del self._documents[document.uri]  # re-insert: most recently touched last

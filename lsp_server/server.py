@@ -6,9 +6,11 @@ Features live one per module in :mod:`lsp_server.features`; each registers its h
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 from urllib.parse import unquote
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -23,6 +25,9 @@ from lsp_server.tracing import RpcClock, Tracer
 from lsp_server.worker import ModelWorker
 
 
+_ANSWERED = SimpleNamespace(jsonrpc="answered")  # a message already answered; handle_message skips it
+
+
 class SpeclspProtocol(LanguageServerProtocol):
     """pygls' protocol, except that ``didChange`` for a document that is not open does not raise a
     ``KeyError`` inside pygls' workspace: our handler reports it as a warning and keeps going; and
@@ -33,9 +38,18 @@ class SpeclspProtocol(LanguageServerProtocol):
         self.clock = RpcClock()
 
     def structure_message(self, data):
-        if isinstance(data, dict) and "method" in data and "id" in data and "jsonrpc" in data:
+        request = isinstance(data, dict) and "method" in data and "id" in data and "jsonrpc" in data
+        if request:
             self.clock.received(data["id"])
-        return super().structure_message(data)
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if not request:
+                raise
+            # pygls only logs a request whose params do not fit the method's types (a negative line,
+            # a missing position); the client would wait for ever. Answer it with the error instead.
+            self._send_response(data["id"], error=exc.to_response_error())
+            return _ANSWERED
 
     def _send_response(self, msg_id, result=None, error=None):
         super()._send_response(msg_id, result, error)

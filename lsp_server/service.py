@@ -150,6 +150,9 @@ class CompletionService:
         if automatic and decide_mode(line_prefix, line_suffix, document.language_id, automatic=True).suppress:
             self.tracer.request(request_id, method, uri, position, status="no suggestion: cursor in indentation")
             return None
+        if not document.in_sync:  # before the type-through cache: its text may be stale too
+            self.tracer.request(request_id, method, uri, position, status="document out of sync; reopen it")
+            return None
         rest = self.type_through.lookup(uri, document.text, offset)
         if rest is not None:
             _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request_id, method, uri, position,
@@ -158,9 +161,6 @@ class CompletionService:
             return Answer(rest, types.Range(start=cursor, end=cursor), None)
         if self.worker.state != READY:
             self.tracer.request(request_id, method, uri, position, status=f"models {self.worker.state}")
-            return None
-        if not document.in_sync:
-            self.tracer.request(request_id, method, uri, position, status="document out of sync; reopen it")
             return None
 
         key = (uri, method)

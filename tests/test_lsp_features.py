@@ -164,6 +164,37 @@ async def test_set_trace_verbose_sends_details_with_code_and_messages_without(cl
 
 
 @pytest.mark.asyncio(loop_scope="module")
+async def test_a_lone_surrogate_in_one_document_breaks_no_completion(client: LanguageClient):
+    """JSON can carry a lone UTF-16 surrogate, which no tokenizer encodes: the document stores U+FFFD
+    (same length in code points and UTF-16 units) and completes, and so do the others."""
+    bad = open_doc(client, "surrogate.py", "s = '\udcff'\ndef f():\n    ")
+    good = open_doc(client, "fine.py", SOURCE)
+    for uri, line, character in ((bad, 2, 4), (good, 9, 4)):
+        result = await inline(client, uri, line, character, automatic=False)
+        assert isinstance(result, types.InlineCompletionList)
+    assert not any("error" in line.lower() for line in log_lines(client) if "surrogate.py" in line)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_params_that_do_not_fit_the_method_get_an_invalid_params_error(client: LanguageClient):
+    """pygls cannot convert these params (a negative line, no position) and only logs that; the
+    server answers each with a JSON-RPC error instead of leaving the client waiting."""
+    uri = open_doc(client, "params.py", SOURCE)
+    for params in ({"textDocument": {"uri": uri}, "position": {"line": -1, "character": 0}, "context": {"triggerKind": 1}},
+                   {"textDocument": {"uri": uri}, "context": {"triggerKind": 1}}):
+        msg_id = f"raw-{len(params)}"
+        future = asyncio.get_running_loop().create_future()
+        client.protocol._request_futures[msg_id] = future  # raw JSON: the client's own types would refuse it
+        client.protocol._send_data({"jsonrpc": "2.0", "id": msg_id, "method": "textDocument/inlineCompletion",
+                                    "params": params})
+        with pytest.raises(Exception) as raised:
+            await asyncio.wait_for(future, 10)
+        assert not isinstance(raised.value, asyncio.TimeoutError)
+        assert "-32602" in repr(raised.value) or "Invalid" in repr(raised.value), repr(raised.value)
+    assert isinstance(await inline(client, uri, 9, 4, automatic=False), types.InlineCompletionList)  # still serving
+
+
+@pytest.mark.asyncio(loop_scope="module")
 async def test_status_request_reports_the_last_completion(client: LanguageClient):
     status = await client.protocol.send_request_async("speclsp/status", {})
     assert status.state == "ready" and status.lastLatencyMs > 0 and status.tokensPerPass >= 1
