@@ -124,19 +124,8 @@ class PromptEncoder:
         if document.base:
             return None
         first = bisect.bisect_left(document.offsets, (start, -1))  # the first token starting at or after `start`
-        count = len(document.ids)
-        join, words_seen = first, 0
-        while join < count and words_seen < 2:  # two whole pre-tokens in: past the restart's effects
-            word = document.words[join]
-            while join < count and document.words[join] == word:
-                join += 1
-            words_seen += 1
-        check, words_seen = join, 0
-        while check < count and words_seen < _OVERLAP_WORDS:  # a few more, compared
-            word = document.words[check]
-            while check < count and document.words[check] == word:
-                check += 1
-            words_seen += 1
+        join = _past_words(document.words, first, 2)  # two whole pre-tokens in: past the restart's effects
+        check = _past_words(document.words, join, _OVERLAP_WORDS)  # a few more, compared
         if check == join:
             return None
         head = self._full(document.text[start:document.offsets[check - 1][1]])
@@ -216,6 +205,17 @@ class PromptEncoder:
         while len(self._cache) > _SLOTS:
             self._cache.popitem(last=False)
         return encoded
+
+
+def _past_words(words: list[int | None], index: int, count: int) -> int:
+    """The token index ``count`` whole pre-tokens after ``index`` (or the end)."""
+    for _ in range(count):
+        if index >= len(words):
+            break
+        word = words[index]
+        while index < len(words) and words[index] == word:
+            index += 1
+    return index
 
 
 def _end(offset: tuple[int, int]) -> int:
