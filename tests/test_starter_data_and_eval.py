@@ -6,6 +6,7 @@ import json
 import random
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -52,13 +53,19 @@ def test_edit_examples_are_the_chunk_then_an_edited_copy(tokenizer):
 
 def test_random_repeats_repeat_a_run(tokenizer):
     maker = ExampleMaker(tokenizer, ExampleMix(fim=0.0, copy=0.0, edit=0.0, random_repeat=1.0), random.Random(1))
-    ids = maker("unused")[:-1]
-    for times in (2, 3):
-        size = len(ids) // times
-        if size * times == len(ids) and ids == ids[:size] * times:
-            assert 16 <= size <= 128
-            return
-    raise AssertionError("not a repeated run")
+    alphabet_sizes = []
+    for _ in range(40):
+        ids = maker("unused")[:-1]
+        for times in (2, 3):
+            size = len(ids) // times
+            if size * times == len(ids) and ids == ids[:size] * times:
+                assert 16 <= size <= 128 and min(ids) >= len(SPECIAL_TOKENS)
+                alphabet_sizes.append(len(set(ids[:size])) / size)
+                break
+        else:
+            raise AssertionError("not a repeated run")
+    # Both kinds of run: small alphabets (ids recur within the run) and ids from the whole vocabulary.
+    assert min(alphabet_sizes) < 0.5 and max(alphabet_sizes) > 0.9
 
 
 def test_span_repeats_weigh_only_the_repeat_when_asked(tokenizer):
@@ -83,7 +90,7 @@ def test_eval_models_quick_json_has_the_promised_figures():
     result = json.loads(done.stdout)
     for key in ("copy_score", "edit_score", "fim_exact_match", "target_loss", "draft_loss", "draft_acceptance"):
         assert isinstance(result[key], float), key
-    for key in ("copy_score", "edit_score", "fim_exact_match", "draft_acceptance"):
+    for key in ("copy_score", "edit_score", "fim_exact_match", "draft_acceptance", "induction_score"):
         assert 0.0 <= result[key] <= 1.0
     assert result["target_loss"] > 0 and result["draft_loss"] > 0
     assert result["samples"]["copy"] > 0 and result["samples"]["edit"] > 0 and result["samples"]["fim"] == 20
@@ -149,3 +156,36 @@ def test_heads_built_for_distances_one_to_three_share_a_key_and_look_that_far_ba
     for head in range(3):
         by_distance = [attentions[:, head, rows, rows - d].mean().item() for d in range(4)]
         assert by_distance[head + 1] > 0.99, (head, by_distance)
+
+
+class _LookupModel(torch.nn.Module):
+    """Predicts, at each position, the token that followed the previous occurrence of the current
+    token (a perfect one-token induction rule), or with ``shift`` the current token itself."""
+
+    def __init__(self, vocab_size: int, shift: bool = False):
+        super().__init__()
+        self.vocab_size, self.shift = vocab_size, shift
+        self.device = torch.device("cpu")
+
+    def forward(self, input_ids):
+        rows = []
+        for row in input_ids.tolist():
+            seen, predicted = {}, []
+            for position, token in enumerate(row):
+                predicted.append(token if self.shift else row[seen[token] + 1] if token in seen else 0)
+                seen[token] = position
+            rows.append(predicted)
+        logits = torch.nn.functional.one_hot(torch.tensor(rows), self.vocab_size).float()  # (B, T, V)
+        return SimpleNamespace(logits=logits)
+
+
+def test_induction_score_separates_a_copier_from_a_non_copier():
+    from transformers import AutoTokenizer
+
+    from decoding.starter.evaluate import induction_score
+
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_DIR)
+    vocab = len(tokenizer)
+    # Random runs of 64 ids rarely repeat an id, so the one-token rule copies nearly every position.
+    assert induction_score(_LookupModel(vocab), tokenizer, runs=4, length=64, seed=0) > 0.9
+    assert induction_score(_LookupModel(vocab, shift=True), tokenizer, runs=4, length=64, seed=0) < 0.05

@@ -13,7 +13,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from decoding.starter import TARGET_DIR
 from decoding.starter.data import ExampleMaker, ExampleMix
-from decoding.starter.train import Batches, TrainConfig, batch_source, train_model
+from decoding.starter.train import Batches, TrainConfig, batch_source, checkpoint_step, train_model
 
 CHUNKS = ["def total(values, start=0):\n    result = start\n    for value in values:\n        result += value\n"
           "    return result\n", "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"]
@@ -51,6 +51,7 @@ def test_training_steps_checkpoint_resume_and_learn(tokenizer, tmp_path):
     cfg = TrainConfig(minutes=5, max_steps=4, context=64, batch_size=4, lr=3e-3, warmup_steps=1, log_every=2)
     record = train_model(model, batches(tokenizer), cfg, "tiny", checkpoint=checkpoint, log_path=log)
     assert record["steps"] == 4 and record["train_tokens"] == 4 * 4 * 64 and checkpoint.exists()
+    assert checkpoint_step(checkpoint) == 4 and checkpoint_step(tmp_path / "none.pt") == 0
     first_loss = json.loads(log.read_text().splitlines()[0])["loss_ema"]
     # resumed: continues at step 4 from the saved state, up to the new cap
     resumed = tiny_model(tokenizer.get_vocab_size())

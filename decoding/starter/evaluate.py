@@ -15,6 +15,10 @@ default), which no starter model trains on. All decoding here is plain greedy de
 * ``edit_score``: as ``copy_score``, but the repeat is an edited copy with one identifier renamed
   throughout; the prompt ends just after the first renamed occurrence and the expected continuation
   (which renames a later occurrence within the window) is the edited text.
+* ``induction_score``: a run of random ordinary token ids, then the same run again; the fraction of
+  the repeat's tokens (after its first) that the model predicts right with teacher forcing. Code has
+  priors a model can lean on; random ids have none, so this measures in-context copying (an induction
+  head, Olsson et al. 2022) alone. A model without one scores near 0.
 * ``fim_exact_match``: PSM fill-in-the-middle (``<|fim_prefix|>``...``<|fim_middle|>``) with the cursor
   after the indentation of a non-blank line; exact match of the generated line with the true rest of
   the line, at ``fim_cuts`` cut points.
@@ -45,6 +49,8 @@ class EvalConfig:
     copy_samples: int = 100  # prompts for the copy score
     edit_samples: int = 100  # prompts for the edit score
     fim_cuts: int = 100  # cut points for FIM next-line exact match
+    induction_runs: int = 16  # random-id runs for the induction score
+    induction_length: int = 128  # tokens per random-id run
     loss_windows: int = 48  # 1024-token windows for losses and draft agreement
     window: int = 32  # tokens compared after a copy/edit prompt
     prompt_tokens: int = 8  # tokens of the repeat already in the copy prompt
@@ -53,7 +59,7 @@ class EvalConfig:
 
     @classmethod
     def quick(cls) -> "EvalConfig":
-        return cls(copy_samples=20, edit_samples=20, fim_cuts=20, loss_windows=8)
+        return cls(copy_samples=20, edit_samples=20, fim_cuts=20, loss_windows=8, induction_runs=4)
 
 
 def held_out_texts(held_out: tuple[str, ...] = DEFAULT_HELD_OUT) -> list[str]:
@@ -192,6 +198,26 @@ def _continuation_score(model, pairs: list[tuple[list[int], list[int]]], window:
     return round(statistics.fmean(scores), 4) if scores else float("nan")
 
 
+@torch.inference_mode()
+def induction_score(model, tokenizer, runs: int, length: int, seed: int) -> float:
+    """Teacher-forced accuracy on the second copy of random id runs (see the module docstring).
+
+    Args:
+        tokenizer: ids are drawn uniformly from its vocabulary less its special tokens.
+        runs, length: how many runs of how many ids; each is scored on its ``length - 1`` predictable tokens.
+    Returns:
+        A fraction in [0, 1].
+    """
+    generator = torch.Generator().manual_seed(seed)
+    ordinary = torch.tensor(sorted(set(range(len(tokenizer))) - set(tokenizer.all_special_ids)))  # (N,) int64
+    run_ids = ordinary[torch.randint(len(ordinary), (runs, length), generator=generator)]  # (R, L)
+    input_ids = torch.cat([run_ids, run_ids], dim=1).to(model.device)  # (R, 2L)
+    predicted = model(input_ids=input_ids).logits.argmax(-1)  # (R, 2L)
+    # Position length + i predicts token length + i + 1, the repeat's (i + 1)-th id.
+    hits = predicted[:, length : 2 * length - 1] == input_ids[:, length + 1 :]  # (R, L - 1)
+    return round(hits.float().mean().item(), 4)
+
+
 def fim_exact_match(model, tokenizer, pairs: list[tuple[list[int], str]], max_new_tokens: int = 64) -> float:
     """Fraction of cut points where the generated middle, up to its first line break, equals the true rest of line."""
     stop_ids = tuple(sorted({tokenizer.eos_token_id, *tokenizer.convert_tokens_to_ids(
@@ -278,6 +304,9 @@ def evaluate_pair(target, draft, tokenizer, cfg: EvalConfig, held_out: tuple[str
     edits = edit_prompts(texts, tokenizer, cfg, random.Random(cfg.seed + 1))
     result["edit_score"] = _continuation_score(target, edits, cfg.window)
     result["draft_edit_score"] = _continuation_score(draft, edits, cfg.window)
+    note("induction")
+    for key, model in (("induction_score", target), ("draft_induction_score", draft)):
+        result[key] = induction_score(model, tokenizer, cfg.induction_runs, cfg.induction_length, cfg.seed)
     note("fim")
     cuts = fim_prompts(texts, tokenizer, cfg, random.Random(cfg.seed + 2))
     result["fim_exact_match"] = fim_exact_match(target, tokenizer, cuts)

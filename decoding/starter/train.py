@@ -20,7 +20,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -188,6 +188,11 @@ class CopyProbe:
         return round(sum(scores) / max(len(scores), 1), 4)
 
 
+def checkpoint_step(path: Path) -> int:
+    """Optimizer steps recorded in the checkpoint at ``path`` (0 when there is none)."""
+    return torch.load(path, weights_only=False, map_location="cpu")["step"] if path.exists() else 0
+
+
 def _save_checkpoint(path: Path, state: dict) -> None:
     """Write atomically: a stopped run never leaves half a checkpoint."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -330,8 +335,8 @@ def model_card(name: str, info: dict) -> str:
         f"(tests excluded; held out for evaluation: {', '.join(info['held_out_packages'])}).",
         "It is a toy for demos and tests of the speculative engine, not a useful code assistant.",
         "",
-        *([("The first heads of layer 0 were built as previous-token heads (one per distance in "
-            "`previous_token_distances`, 1 when unlisted) before training "
+        *([("The first heads of layer 0 (and of other layers, where `previous_token_distances` lists "
+            "LAYER:DISTANCE) were built as previous-token heads, one per distance, before training "
             "(`decoding.starter.induction`), so that copying (induction) forms early; phases with "
             "`source_weight` 0 train only on reproducing text seen earlier in the sequence."), ""]
           if any(r.get("previous_token_head") for r in info.get("runs", [])) else []),
@@ -355,14 +360,29 @@ def _mix(spec: str) -> ExampleMix:
         raise argparse.ArgumentTypeError(f"--mix wants FIM,COPY,EDIT,RANDOM_REPEAT[,SPAN_REPEAT] fractions: {exc}") from None
 
 
-def _distances(spec: str) -> tuple[int, ...]:
+def _distances(spec: str) -> tuple[tuple[int, int], ...]:
+    """``"1,2,3"`` (layer 0) or ``"0:1,0:2,0:3,1:4"`` (layer:distance) -> ((layer, distance), ...)."""
     try:
-        values = tuple(int(x) for x in spec.split(","))
+        values = tuple((int(item.partition(":")[0]), int(item.partition(":")[2])) if ":" in item else (0, int(item))
+                       for item in spec.split(","))
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--previous-token-distances wants comma-separated integers: {exc}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("--previous-token-distances wants integers >= 1")
+        raise argparse.ArgumentTypeError(f"--previous-token-distances wants DISTANCE or LAYER:DISTANCE items: {exc}") from None
+    if not values or min(d for _, d in values) < 1 or min(layer for layer, _ in values) < 0:
+        raise argparse.ArgumentTypeError("--previous-token-distances wants distances >= 1 and layers >= 0")
     return values
+
+
+def built_heads(spec: tuple[tuple[int, int], ...], config) -> list[tuple[int, int, int]]:
+    """(layer, head, distance) for each head to build: heads numbered from 0 within each layer, at most
+    all heads but one per layer, and only in layers the model has."""
+    per_layer: dict[int, int] = {}
+    heads = []
+    for layer, distance in spec:
+        head = per_layer.get(layer, 0)
+        if layer < config.num_hidden_layers and head < max(1, config.num_attention_heads - 1):
+            heads.append((layer, head, distance))
+            per_layer[layer] = head + 1
+    return heads
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -401,9 +421,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--previous-token-head", choices=("fresh", "always", "never"), default="fresh",
                         help="build a previous-token head in layer 0 (decoding.starter.induction): for models "
                              "trained from scratch (fresh, the default), also over a trained head (always), or never")
-    parser.add_argument("--previous-token-distances", type=_distances, default=(1,),
-                        help="comma-separated distances of the built heads, one query head each from head 0 on "
-                             "(1,2,3: the three preceding tokens, so later heads can match three-token contexts)")
+    parser.add_argument("--previous-token-distances", type=_distances, default=((0, 1),),
+                        help="distances of the built heads, one query head each from head 0 on in its layer: "
+                             "DISTANCE (layer 0) or LAYER:DISTANCE, comma-separated. 1,2,3 writes the three "
+                             "preceding tokens into layer 0's output; adding 1:4,1:8 lets layer 1 fetch what layer 0 "
+                             "wrote 4 and 8 positions back, so later heads can match contexts of about 12 tokens")
+    parser.add_argument("--induction-steps", type=int, default=0,
+                        help="steps of random-token repeats only (loss on the repeat) before the data mix, for each "
+                             "model: an induction (copying) head forms there; 0 skips the phase")
     parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "speclsp" / "starter-train",
                         help="checkpoints and the JSON-lines training log (train.log.jsonl)")
     parser.add_argument("--resume", action="store_true",
@@ -462,9 +487,12 @@ def main(argv: list[str] | None = None) -> int:
         built_head = args.previous_token_head == "always" or (args.previous_token_head == "fresh" and not previous)
         # The head is written again after every step: its attention pattern stays fixed while the rest
         # of the model learns to use it (left free, training eroded it within 70 steps).
-        def keep_head(m=model, distances=args.previous_token_distances) -> None:
-            for head, distance in enumerate(distances):
-                install_previous_token_head(m, head=head, distance=distance)
+        heads = built_heads(args.previous_token_distances, model.config) if built_head else []
+        distances = [f"{layer}:{distance}" for layer, _, distance in heads]
+
+        def keep_head(m=model) -> None:
+            for layer, head, distance in heads:
+                install_previous_token_head(m, layer=layer, head=head, distance=distance)
         earlier_runs = len(previous.get("runs", [previous])) if previous else 0
         cfg = TrainConfig(minutes=minutes, max_steps=args.max_steps, context=args.context, batch_size=args.batch_size,
                           seed=args.seed + earlier_runs, lr=args.lr, warmup_steps=10 if previous else 30,
@@ -472,16 +500,27 @@ def main(argv: list[str] | None = None) -> int:
         rng = random.Random(cfg.seed)
         maker = ExampleMaker(tokenizer.backend_tokenizer, mix, rng, source_weight=args.source_weight)
         batches = Batches(chunks, maker, args.context, rng)
-        record = train_model(model, batches, cfg, name, checkpoint=checkpoint,
-                             log_path=args.work_dir / "train.log.jsonl", probe=probe,
+        log_path = args.work_dir / "train.log.jsonl"
+        if checkpoint_step(checkpoint) < args.induction_steps:
+            # An induction-forming phase: random-token repeats only, where nothing but copying from the
+            # context lowers the loss (see the README's "Training the starter pair" for the measurement).
+            induction_maker = ExampleMaker(tokenizer.backend_tokenizer, ExampleMix(fim=0.0, copy=0.0, random_repeat=1.0),
+                                           rng, source_weight=0.0)
+            induction_cfg = replace(cfg, max_steps=args.induction_steps)
+            train_model(model, Batches(chunks, induction_maker, args.context, rng), induction_cfg, name,
+                        checkpoint=checkpoint, log_path=log_path, probe=probe,
+                        phase={"data_mix": asdict(induction_maker.mix), "source_weight": 0.0,
+                               "previous_token_distances": distances},
+                        after_step=keep_head if built_head else None, data_workers=args.data_workers)
+        record = train_model(model, batches, cfg, name, checkpoint=checkpoint, log_path=log_path, probe=probe,
                              phase={"data_mix": asdict(mix), "source_weight": args.source_weight,
-                                    "previous_token_distances": list(args.previous_token_distances) if built_head else []},
+                                    "previous_token_distances": distances},
                              after_step=keep_head if built_head else None, data_workers=args.data_workers)
         run_keys = ("steps", "train_tokens", "train_seconds", "lr", "seed")
         runs = previous.get("runs", [{k: previous.get(k) for k in run_keys}] if previous else [])
         runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")}
                     | {"lr": cfg.lr, "seed": cfg.seed, "previous_token_head": built_head,
-                       "previous_token_distances": list(args.previous_token_distances) if built_head else [], "phases": record.pop("phases"), "data_sources": sources,
+                       "previous_token_distances": distances, "phases": record.pop("phases"), "data_sources": sources,
                        "copy_probe": probe(model)})
         record.update(runs=runs, steps=sum(r["steps"] for r in runs), train_tokens=sum(r["train_tokens"] for r in runs),
                       train_seconds=round(sum(r["train_seconds"] for r in runs), 1))
