@@ -61,3 +61,33 @@ def test_training_steps_checkpoint_resume_and_learn(tokenizer, tmp_path):
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(2, 61, 2))
     assert records[-1]["loss_ema"] < first_loss - 1.0  # two code chunks, repeated: learnt
+
+
+def test_distillation_fits_the_teacher_distribution_not_the_data(tokenizer):
+    """With a teacher, the loss is KL(teacher || model): the student moves toward the teacher's
+    distributions (and the KL, unlike a cross-entropy with the data, can reach zero)."""
+    from decoding.starter.train import _distillation_loss
+
+    vocab = tokenizer.get_vocab_size()
+    teacher = tiny_model(vocab)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for parameter in teacher.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)  # a teacher unlike the student's init
+    teacher.eval()
+    student = tiny_model(vocab)
+    probe = batches(tokenizer, seed=5)(4)[0][:, :-1]  # (4, 64)
+
+    def kl() -> float:
+        with torch.no_grad():
+            return _distillation_loss(teacher, probe, student(input_ids=probe).logits, False).mean().item()
+
+    # the KL of a model to itself is zero
+    assert abs(_distillation_loss(teacher, probe, teacher(input_ids=probe).logits, False).mean().item()) < 1e-4
+    before = kl()
+    cfg = TrainConfig(minutes=5, max_steps=40, context=64, batch_size=4, lr=3e-3, warmup_steps=1)
+    train_model(student, batches(tokenizer), cfg, "tiny", teacher=teacher)
+    distilled = kl()
+    student = tiny_model(vocab)
+    train_model(student, batches(tokenizer), cfg, "tiny")  # the same steps on the data instead
+    assert distilled < 0.8 * before and distilled < kl() - 0.5

@@ -188,6 +188,15 @@ class CopyProbe:
         return round(sum(scores) / max(len(scores), 1), 4)
 
 
+def _distillation_loss(teacher: Qwen2ForCausalLM, input_ids: torch.Tensor, logits: torch.Tensor, cuda: bool) -> torch.Tensor:
+    """KL(teacher || model) per position, nats: ``input_ids`` (B, T) int64, ``logits`` (B, T, V) -> (B * T,)."""
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+        teacher_logits = teacher(input_ids=input_ids).logits  # (B, T, V)
+    teacher_log_probs = torch.log_softmax(teacher_logits.flatten(0, 1).float(), dim=-1)  # (B * T, V)
+    log_probs = torch.log_softmax(logits.flatten(0, 1).float(), dim=-1)  # (B * T, V)
+    return (teacher_log_probs.exp() * (teacher_log_probs - log_probs)).sum(-1)
+
+
 def checkpoint_step(path: Path) -> int:
     """Optimizer steps recorded in the checkpoint at ``path`` (0 when there is none)."""
     return torch.load(path, weights_only=False, map_location="cpu")["step"] if path.exists() else 0
@@ -204,7 +213,7 @@ def _save_checkpoint(path: Path, state: dict) -> None:
 def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, name: str,
                 checkpoint: Path | None = None, log_path: Path | None = None, probe: CopyProbe | None = None,
                 phase: dict | None = None, after_step: Callable[[], None] | None = None,
-                data_workers: int = 0) -> dict:
+                data_workers: int = 0, teacher: Qwen2ForCausalLM | None = None) -> dict:
     """Optimise ``model`` in place, on the device its parameters are on (fp32 weights; on CUDA the
     forward and backward run under bfloat16 autocast); returns the steps, tokens and last training loss.
 
@@ -219,6 +228,11 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
         after_step: called after every optimizer step and once before the first (after a resumed
             checkpoint is loaded), e.g. to hold parameters fixed.
         data_workers: DataLoader processes building batches (see :func:`batch_source`); 0 builds them here.
+        teacher: when given (a model on the same device and vocabulary, e.g. the target for a draft), the
+            loss per token is the KL divergence from the teacher's next-token distribution to the
+            model's instead of the cross-entropy with the data (knowledge distillation, Hinton et al.
+            2015; for drafts, Zhou et al. 2023, "DistillSpec": a draft fitted to its target's
+            distribution is accepted more often).
     """
     torch.manual_seed(cfg.seed)
     device = next(model.parameters()).device
@@ -275,8 +289,11 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
             batch, weights = batch.to(device, non_blocking=True), weights.to(device, non_blocking=True)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
                 logits = model(input_ids=batch[:, :-1]).logits  # (B, T, V)
-            per_token = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten(),
-                                                          reduction="none")  # (B * T,)
+            if teacher is None:
+                per_token = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten(),
+                                                              reduction="none")  # (B * T,)
+            else:
+                per_token = _distillation_loss(teacher, batch[:, :-1], logits, cuda)  # (B * T,)
             target_weights = weights[:, 1:].flatten()  # (B * T,)
             loss = (per_token * target_weights).sum() / target_weights.sum().clamp(min=1.0)
             optimizer.zero_grad(set_to_none=True)
@@ -426,6 +443,12 @@ def main(argv: list[str] | None = None) -> int:
                              "DISTANCE (layer 0) or LAYER:DISTANCE, comma-separated. 1,2,3 writes the three "
                              "preceding tokens into layer 0's output; adding 1:4,1:8 lets layer 1 fetch what layer 0 "
                              "wrote 4 and 8 positions back, so later heads can match contexts of about 12 tokens")
+    parser.add_argument("--draft-previous-token-distances", type=_distances, default=((0, 1),),
+                        help="as --previous-token-distances, for the draft (default 1: its two layers leave room "
+                             "for one built head)")
+    parser.add_argument("--distill-draft", action="store_true",
+                        help="train the draft to match the target's next-token distributions (the target trained "
+                             "in this run, else the one in --init-from) instead of the data's next tokens")
     parser.add_argument("--induction-steps", type=int, default=0,
                         help="steps of random-token repeats only (loss on the repeat) before the data mix, for each "
                              "model: an induction (copying) head forms there; 0 skips the phase")
@@ -487,7 +510,12 @@ def main(argv: list[str] | None = None) -> int:
         built_head = args.previous_token_head == "always" or (args.previous_token_head == "fresh" and not previous)
         # The head is written again after every step: its attention pattern stays fixed while the rest
         # of the model learns to use it (left free, training eroded it within 70 steps).
-        heads = built_heads(args.previous_token_distances, model.config) if built_head else []
+        spec = args.previous_token_distances if name == "target" else args.draft_previous_token_distances
+        heads = built_heads(spec, model.config) if built_head else []
+        teacher = None
+        if name == "draft" and args.distill_draft:
+            teacher_dir = args.out / "target" if args.target_minutes > 0 else (args.init_from or args.out) / "target"
+            teacher = Qwen2ForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32).to(device).eval()
         distances = [f"{layer}:{distance}" for layer, _, distance in heads]
 
         def keep_head(m=model) -> None:
@@ -515,12 +543,14 @@ def main(argv: list[str] | None = None) -> int:
         record = train_model(model, batches, cfg, name, checkpoint=checkpoint, log_path=log_path, probe=probe,
                              phase={"data_mix": asdict(mix), "source_weight": args.source_weight,
                                     "previous_token_distances": distances},
-                             after_step=keep_head if built_head else None, data_workers=args.data_workers)
+                             after_step=keep_head if built_head else None, data_workers=args.data_workers,
+                             teacher=teacher)
         run_keys = ("steps", "train_tokens", "train_seconds", "lr", "seed")
         runs = previous.get("runs", [{k: previous.get(k) for k in run_keys}] if previous else [])
         runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")}
                     | {"lr": cfg.lr, "seed": cfg.seed, "previous_token_head": built_head,
-                       "previous_token_distances": distances, "phases": record.pop("phases"), "data_sources": sources,
+                       "previous_token_distances": distances, "distilled_from": str(teacher_dir) if teacher else None,
+                       "phases": record.pop("phases"), "data_sources": sources,
                        "copy_probe": probe(model)})
         record.update(runs=runs, steps=sum(r["steps"] for r in runs), train_tokens=sum(r["train_tokens"] for r in runs),
                       train_seconds=round(sum(r["train_seconds"] for r in runs), 1))
