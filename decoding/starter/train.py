@@ -528,23 +528,21 @@ def main(argv: list[str] | None = None) -> int:
         rng = random.Random(cfg.seed)
         maker = ExampleMaker(tokenizer.backend_tokenizer, mix, rng, source_weight=args.source_weight)
         batches = Batches(chunks, maker, args.context, rng)
-        log_path = args.work_dir / "train.log.jsonl"
-        if checkpoint_step(checkpoint) < args.induction_steps:
+        # Shared by both phases; the checkpoint carries the model, optimizer and step from one to the next.
+        common = dict(checkpoint=checkpoint, log_path=args.work_dir / "train.log.jsonl", probe=probe,
+                      after_step=keep_head if built_head else None, data_workers=args.data_workers)
+        if args.induction_steps > 0 and checkpoint_step(checkpoint) < args.induction_steps:
             # An induction-forming phase: random-token repeats only, where nothing but copying from the
             # context lowers the loss (see the README's "Training the starter pair" for the measurement).
             induction_maker = ExampleMaker(tokenizer.backend_tokenizer, ExampleMix(fim=0.0, copy=0.0, random_repeat=1.0),
                                            rng, source_weight=0.0)
-            induction_cfg = replace(cfg, max_steps=args.induction_steps)
-            train_model(model, Batches(chunks, induction_maker, args.context, rng), induction_cfg, name,
-                        checkpoint=checkpoint, log_path=log_path, probe=probe,
+            train_model(model, Batches(chunks, induction_maker, args.context, rng),
+                        replace(cfg, max_steps=args.induction_steps), name,
                         phase={"data_mix": asdict(induction_maker.mix), "source_weight": 0.0,
-                               "previous_token_distances": distances},
-                        after_step=keep_head if built_head else None, data_workers=args.data_workers)
-        record = train_model(model, batches, cfg, name, checkpoint=checkpoint, log_path=log_path, probe=probe,
+                               "previous_token_distances": distances}, **common)
+        record = train_model(model, batches, cfg, name, teacher=teacher,
                              phase={"data_mix": asdict(mix), "source_weight": args.source_weight,
-                                    "previous_token_distances": distances},
-                             after_step=keep_head if built_head else None, data_workers=args.data_workers,
-                             teacher=teacher)
+                                    "previous_token_distances": distances}, **common)
         run_keys = ("steps", "train_tokens", "train_seconds", "lr", "seed")
         runs = previous.get("runs", [{k: previous.get(k) for k in run_keys}] if previous else [])
         runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")}
