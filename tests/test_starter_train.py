@@ -63,6 +63,23 @@ def test_training_steps_checkpoint_resume_and_learn(tokenizer, tmp_path):
     assert records[-1]["loss_ema"] < first_loss - 1.0  # two code chunks, repeated: learnt
 
 
+def test_learning_rate_warms_up_again_when_a_resumed_run_changes_phase(tokenizer, tmp_path):
+    checkpoint, log = tmp_path / "m.pt", tmp_path / "log.jsonl"
+    cfg = TrainConfig(minutes=5, max_steps=4, context=64, batch_size=2, lr=1e-3, warmup_steps=4, log_every=1,
+                      schedule="constant")
+    train_model(tiny_model(tokenizer.get_vocab_size()), batches(tokenizer), cfg, "tiny", checkpoint=checkpoint,
+                log_path=log, phase={"data": "a"})
+    same = train_model(tiny_model(tokenizer.get_vocab_size()), batches(tokenizer), TrainConfig(**{**cfg.__dict__, "max_steps": 6}),
+                       "tiny", checkpoint=checkpoint, log_path=log, phase={"data": "a"})
+    changed = train_model(tiny_model(tokenizer.get_vocab_size()), batches(tokenizer), TrainConfig(**{**cfg.__dict__, "max_steps": 10}),
+                          "tiny", checkpoint=checkpoint, log_path=log, phase={"data": "b"})
+    lrs = [json.loads(line)["lr"] for line in log.read_text().splitlines()]
+    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3,  # phase a warms up
+                                 1e-3, 1e-3,  # resumed within phase a: no new warm-up
+                                 2.5e-4, 5e-4, 7.5e-4, 1e-3])  # phase b from step 6 warms up again
+    assert len(same["phases"]) == 1 and changed["phases"][-1]["from_step"] == 6
+
+
 def test_distillation_fits_the_teacher_distribution_not_the_data(tokenizer):
     """With a teacher, the loss is KL(teacher || model): the student moves toward the teacher's
     distributions (and the KL, unlike a cross-entropy with the data, can reach zero)."""
