@@ -44,6 +44,18 @@ def test_starter_pair_loads_on_cpu_and_is_compatible():
     assert 10e6 <= params <= 20e6 and 1e6 <= draft_params <= 2e6
 
 
+def test_starter_tokenizer_encodes_as_in_training():
+    """The starter's tokenizer.json, not Qwen2Tokenizer's pre-tokenizer that transformers 5 picks for any
+    qwen2 model: it splits a newline from its indentation and digits one by one, token sequences the
+    pair never saw in training."""
+    text = "class A(B):\n    def f(self):\n        return 12\n"
+    trained = Tokenizer.from_file(str(TARGET_DIR / "tokenizer.json")).encode(text).ids
+    served = load_model("starter", device="cpu").tokenizer.encode(text, add_special_tokens=False)
+    assert served == trained
+    pieces = [Tokenizer.from_file(str(TARGET_DIR / "tokenizer.json")).decode([i]) for i in trained]
+    assert "\n   " in pieces and " 12" in pieces  # what the other pre-tokenizer splits
+
+
 def test_draft_with_other_vocabulary_is_refused_naming_both(tmp_path):
     target = load_model("starter", device="cpu")
     tokenizer = other_tokenizer()
