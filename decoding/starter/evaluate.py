@@ -20,8 +20,10 @@ default), which no starter model trains on. All decoding here is plain greedy de
   priors a model can lean on; random ids have none, so this measures in-context copying (an induction
   head, Olsson et al. 2022) alone. A model without one scores near 0.
 * ``fim_exact_match``: PSM fill-in-the-middle (``<|fim_prefix|>``...``<|fim_middle|>``) with the cursor
-  after the indentation of a non-blank line; exact match of the generated line with the true rest of
-  the line, at ``fim_cuts`` cut points.
+  at the end of a line, the next (non-blank) line missing; exact match of the first generated line
+  with it (indentation included), at ``fim_cuts`` cut points. The cursor sits where tokens end: a cut
+  inside indentation would split a token the model only ever saw whole (``"\n   "``), and a model
+  that does not back off over it (token healing) starts a new line instead.
 * ``timing_ms``: the cost of one decode step and of verifying 8 tokens with the target, and of one
   draft decode step, all with a 512-token cache, median of repetitions (ms, this machine).
 """
@@ -173,24 +175,41 @@ def _new_name(name: str, taken: set[str], rng: random.Random) -> str:
 
 def fim_prompts(texts: list[str], tokenizer, cfg: EvalConfig, rng: random.Random,
                 prefix_tokens: int = 768, suffix_tokens: int = 256) -> list[tuple[list[int], str]]:
-    """(prompt ids, true rest of line) pairs: PSM prompts with the cursor after a line's indentation."""
+    """(prompt ids, missing line) pairs: PSM prompts with the cursor at the end of the line before it."""
     fim = {name: tokenizer.convert_tokens_to_ids(name) for name in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")}
     pairs = []
     while len(pairs) < cfg.fim_cuts:
         text = rng.choice(texts)
         lines = text.splitlines(keepends=True)
-        index = rng.randrange(len(lines))
+        index = rng.randrange(1, len(lines)) if len(lines) > 1 else 0
         line = lines[index]
-        if not line.strip():
+        if not index or not line.strip() or not lines[index - 1].endswith("\n"):
             continue
         start = sum(len(item) for item in lines[:index])
-        cursor = start + len(line) - len(line.lstrip())
+        cursor = start - 1  # before the newline that ends the previous line
         end = start + len(line.rstrip("\n"))
-        prefix_ids = _encode(tokenizer, text[:cursor])[-prefix_tokens:]
-        suffix_ids = _encode(tokenizer, text[end:])[:suffix_tokens]
+        # Whole lines within the budgets, as the server's context builder keeps them.
+        prefix_ids = _whole_lines(tokenizer, text[:cursor], prefix_tokens, from_end=True)
+        suffix_ids = _whole_lines(tokenizer, text[end:], suffix_tokens, from_end=False)
         prompt = [fim["<|fim_prefix|>"], *prefix_ids, fim["<|fim_suffix|>"], *suffix_ids, fim["<|fim_middle|>"]]
-        pairs.append((prompt, text[cursor:end]))
+        pairs.append((prompt, line.rstrip("\n")))
     return pairs
+
+
+def _whole_lines(tokenizer, text: str, budget: int, from_end: bool) -> list[int]:
+    """Ids of the most lines of ``text`` from its end (or start) that fit ``budget`` tokens."""
+    ids = _encode(tokenizer, text)
+    if len(ids) <= budget:
+        return ids
+    lines = text.splitlines(keepends=True)
+    kept = len(lines)
+    while kept > 1:
+        kept = max(1, kept * 3 // 4) if kept > 8 else kept - 1
+        part = "".join(lines[-kept:] if from_end else lines[:kept])
+        ids = _encode(tokenizer, part)
+        if len(ids) <= budget:
+            return ids
+    return ids[-budget:] if from_end else ids[:budget]
 
 
 def _continuation_score(model, pairs: list[tuple[list[int], list[int]]], window: int) -> float:
@@ -219,14 +238,15 @@ def induction_score(model, tokenizer, runs: int, length: int, seed: int) -> floa
 
 
 def fim_exact_match(model, tokenizer, pairs: list[tuple[list[int], str]], max_new_tokens: int = 64) -> float:
-    """Fraction of cut points where the generated middle, up to its first line break, equals the true rest of line."""
+    """Fraction of cut points where the generated middle's first line (after the newline it starts
+    with) equals the missing line, trailing whitespace aside."""
     stop_ids = tuple(sorted({tokenizer.eos_token_id, *tokenizer.convert_tokens_to_ids(
         ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>", "<|file_sep|>"])}))
     hits = 0
     for prompt, truth in pairs:
         generated = _greedy(model, prompt, max_new_tokens, stop_ids)
         text = tokenizer.decode([t for t in generated if t not in stop_ids])
-        hits += text.split("\n", 1)[0].rstrip() == truth.rstrip()
+        hits += text.removeprefix("\n").split("\n", 1)[0].rstrip() == truth.rstrip()
     return round(hits / len(pairs), 4) if pairs else float("nan")
 
 
