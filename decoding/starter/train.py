@@ -355,7 +355,9 @@ def model_card(name: str, info: dict) -> str:
         "",
         f"A {info['parameters'] / 1e6:.2f}M-parameter Qwen2-architecture code model, trained from scratch "
         "by `python -m decoding.starter.train` on this interpreter's standard-library `.py` files "
-        f"(tests excluded; held out for evaluation: {', '.join(info['held_out_packages'])}).",
+        f"(tests excluded; held out for evaluation: {', '.join(info['held_out_packages'])})"
+        + (" and the installed packages' `.py` files" if (info.get("data_sources") or {}).get("site_packages_files") else "")
+        + ".",
         "It is a toy for demos and tests of the speculative engine, not a useful code assistant.",
         "",
         *([("The first heads of layer 0 (and of other layers, where `previous_token_distances` lists "
