@@ -229,7 +229,7 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
             time budget and the learning-rate schedule count the time already spent).
         log_path: JSON-lines log, one record per ``cfg.log_every`` steps (step, loss, lr, tokens/s, copy probe).
         probe: scored every ``cfg.probe_every`` steps and logged.
-        phase: what this invocation trains on (e.g. the data mix); a resumed run whose phase differs
+        phase: what this invocation trains on (e.g. the data mix and learning rate); a resumed run whose phase differs
             from the checkpoint's records a new phase starting at the resumed step.
         after_step: called after every optimizer step and once before the first (after a resumed
             checkpoint is loaded), e.g. to hold parameters fixed.
@@ -547,10 +547,10 @@ def main(argv: list[str] | None = None) -> int:
             train_model(model, Batches(chunks, induction_maker, args.context, rng),
                         replace(cfg, max_steps=args.induction_steps), name,
                         phase={"data_mix": asdict(induction_maker.mix), "source_weight": 0.0,
-                               "previous_token_distances": distances}, **common)
+                               "previous_token_distances": distances, "lr": cfg.lr}, **common)
         record = train_model(model, batches, cfg, name, teacher=teacher,
                              phase={"data_mix": asdict(mix), "source_weight": args.source_weight,
-                                    "previous_token_distances": distances}, **common)
+                                    "previous_token_distances": distances, "lr": cfg.lr}, **common)
         run_keys = ("steps", "train_tokens", "train_seconds", "lr", "seed")
         runs = previous.get("runs", [{k: previous.get(k) for k in run_keys}] if previous else [])
         runs.append({k: record[k] for k in ("steps", "train_tokens", "train_seconds")}
