@@ -191,9 +191,8 @@ class ExampleMaker:
         """``source`` then its (edited) reproduction and the end of text; the source weighs ``source_weight``.
 
         The end of text weighs 0: where a reproduction stops is our random choice (a span cut at some
-        line), so nothing in the text predicts it. Trained on it, the starter target learnt to end a copy
-        at a newline: in 14 of 27 failed held-out copy prompts its greedy choice was ``<|endoftext|>``,
-        after a newline, at probabilities up to 0.92 (``/work/diag/copyfail.py``).
+        line), so nothing in the text predicts it, and a model trained on it learns to expect a copy to
+        end at any line break.
         """
         ids = source + reproduction + [self.ids["<|endoftext|>"]]
         return ids, [self.source_weight] * len(source) + [1.0] * len(reproduction) + [0.0]
