@@ -49,10 +49,11 @@ def test_starter_tokenizer_encodes_as_in_training():
     qwen2 model: it splits a newline from its indentation and digits one by one, token sequences the
     pair never saw in training."""
     text = "class A(B):\n    def f(self):\n        return 12\n"
-    trained = Tokenizer.from_file(str(TARGET_DIR / "tokenizer.json")).encode(text).ids
+    training_tokenizer = Tokenizer.from_file(str(TARGET_DIR / "tokenizer.json"))
+    trained = training_tokenizer.encode(text).ids
     served = load_model("starter", device="cpu").tokenizer.encode(text, add_special_tokens=False)
     assert served == trained
-    pieces = [Tokenizer.from_file(str(TARGET_DIR / "tokenizer.json")).decode([i]) for i in trained]
+    pieces = [training_tokenizer.decode([i]) for i in trained]
     assert "\n   " in pieces and " 12" in pieces  # what the other pre-tokenizer splits
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -69,9 +70,9 @@ def test_learning_rate_warms_up_again_when_a_resumed_run_changes_phase(tokenizer
                       schedule="constant")
     train_model(tiny_model(tokenizer.get_vocab_size()), batches(tokenizer), cfg, "tiny", checkpoint=checkpoint,
                 log_path=log, phase={"data": "a"})
-    same = train_model(tiny_model(tokenizer.get_vocab_size()), batches(tokenizer), TrainConfig(**{**cfg.__dict__, "max_steps": 6}),
+    same = train_model(tiny_model(tokenizer.get_vocab_size()), batches(tokenizer), replace(cfg, max_steps=6),
                        "tiny", checkpoint=checkpoint, log_path=log, phase={"data": "a"})
-    changed = train_model(tiny_model(tokenizer.get_vocab_size()), batches(tokenizer), TrainConfig(**{**cfg.__dict__, "max_steps": 10}),
+    changed = train_model(tiny_model(tokenizer.get_vocab_size()), batches(tokenizer), replace(cfg, max_steps=10),
                           "tiny", checkpoint=checkpoint, log_path=log, phase={"data": "b"})
     lrs = [json.loads(line)["lr"] for line in log.read_text().splitlines()]
     assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3,  # phase a warms up

@@ -191,7 +191,7 @@ class ExampleMaker:
         """``source`` then its (edited) reproduction and the end of text; the source weighs ``source_weight``.
 
         The end of text weighs 0: where a reproduction stops is our random choice (a span cut at some
-        line), so nothing in the text predicts it, and a model trained on it learns to expect a copy to
+        line), so nothing in the text predicts it; training on it would teach a model that a copy may
         end at any line break.
         """
         ids = source + reproduction + [self.ids["<|endoftext|>"]]
