@@ -17,6 +17,8 @@ Columns: tokens/s, speedup over our plain greedy in the same run, tokens per tar
 acceptance (ours; transformers does not report them), and whether the outputs equal our plain greedy;
 where one does not, whether it parted at a near tie of the target's logits (bfloat16 rounds a pass
 over several tokens and a one-token step differently) or elsewhere (a fault, for our methods).
+Per workload, ``lookup_bound_tokens_per_pass``: the tokens per pass of the best lookup drafter in
+hindsight on our plain output (:func:`lookup_bound_passes`), the ceiling of every n-gram method here.
 
 With ``--out DIR``: ``DIR/results.json`` (the rows, and a ``sweep`` of our n-gram drafter over draft
 lengths k) and ``DIR/speedup_vs_k.png`` / ``DIR/tokens_per_pass_vs_k.png`` (matplotlib): the seed's
@@ -42,7 +44,7 @@ from pathlib import Path
 import torch
 
 from decoding.engine import Engine, EngineConfig
-from decoding.generate import GenerationConfig
+from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
 from decoding.starter.data import rename_identifier
 from decoding.starter.evaluate import EvalConfig, fim_prompts, held_out_texts
 
@@ -121,6 +123,36 @@ def run_theirs(engine: Engine, method: str, prompt: list[int], new_tokens: int, 
     return output[0, len(prompt):].tolist(), seconds, None, None, None
 
 
+def lookup_bound_passes(prompt: list[int], output: list[int], max_draft: int, min_ngram: int = 1) -> int:
+    """Target passes that the best lookup drafter in hindsight needs to write ``output``: each round it
+    drafts, from every earlier place where the last ``min_ngram`` tokens occur (so every longer
+    n-gram match too) in the prompt and the output so far, the continuation that the target then
+    accepts longest, at most ``max_draft`` tokens. No lookup drafter (ours, transformers' prompt
+    lookup, a candidate tree of any width) needs fewer passes: the tokens it cannot reach are ones
+    the target writes that do not follow any earlier occurrence of their context. Pure Python over
+    token ids; ``output`` is the target's own greedy output."""
+    sequence, done, passes = list(prompt), 0, 0
+    while done < len(output):
+        budget = min(max_draft, len(output) - done - 1)
+        future = output[done : done + budget]
+        key = sequence[len(sequence) - min_ngram :]
+        best = 0
+        for start in range(len(sequence) - min_ngram):
+            if best == budget:
+                break
+            if sequence[start : start + min_ngram] != key:
+                continue
+            run = 0
+            while run < budget and start + min_ngram + run < len(sequence) and \
+                    sequence[start + min_ngram + run] == future[run]:
+                run += 1
+            best = max(best, run)
+        sequence.extend(output[done : done + best + 1])
+        done += best + 1
+        passes += 1
+    return passes
+
+
 NEAR_TIE_EPS = 4  # a near tie: the two tokens' logits within this many machine epsilons of the top logit
 
 
@@ -147,6 +179,7 @@ def bench(engine: Engine, quick: bool, seed: int, repeats: int, max_draft: int, 
         per_method: dict[str, dict] = {m: {"seconds": 0.0, "tokens": 0, "passes": 0, "drafted": 0, "accepted": 0,
                                            "identical": True, "near_ties": 0, "other": 0, "ours": m in OURS}
                       for m in methods}
+        bound_passes = bound_tokens = 0  # the lookup bound on our plain greedy outputs
         for index, (prompt, new_tokens) in enumerate(prompts):
             reference = None
             timings: dict[str, list[float]] = {m: [] for m in methods}
@@ -157,6 +190,8 @@ def bench(engine: Engine, quick: bool, seed: int, repeats: int, max_draft: int, 
                     timings[method].append(seconds)
                     if method == "none" and reference is None:
                         reference = tokens
+                        bound_passes += lookup_bound_passes(prompt, tokens, max_draft, engine.config.ngram.min_ngram)
+                        bound_tokens += len(tokens)
                     row = per_method[method]
                     if len(timings[method]) == 1:
                         row["tokens"] += len(tokens)
@@ -181,6 +216,7 @@ def bench(engine: Engine, quick: bool, seed: int, repeats: int, max_draft: int, 
                 "acceptance_rate": round(row["accepted"] / row["drafted"], 3) if row["ours"] and row["drafted"] else None,
                 "identical_to_plain": row["identical"],
                 "divergences_at_near_ties": row["near_ties"], "other_divergences": row["other"],
+                "lookup_bound_tokens_per_pass": round(bound_tokens / bound_passes, 3) if bound_passes else None,
             })
     return rows
 
@@ -301,6 +337,10 @@ def run(args: argparse.Namespace) -> int:
               f"{fmt(row['tokens_per_pass'], '>8.2f')} {fmt(row['acceptance_rate'], '>7.2f')} {row['identical_to_plain']}"
               + (f" (parted at {row['divergences_at_near_ties']} near ties, {row['other_divergences']} elsewhere)"
                  if not row['identical_to_plain'] else ""))
+    for workload in dict.fromkeys(row["workload"] for row in rows):
+        bound = next(row["lookup_bound_tokens_per_pass"] for row in rows if row["workload"] == workload)
+        print(f"{workload}: the best lookup drafter in hindsight would reach {bound} tokens per pass "
+              f"(k <= {args.max_draft_tokens})")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
@@ -322,7 +362,8 @@ def add_parser(kinds) -> None:
     decode.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (see decoding.loading)")
     decode.add_argument("--methods", default=",".join(OURS + THEIRS),
                         help=f"comma-separated, from {', '.join(OURS + THEIRS)} (our plain 'none' always runs)")
-    decode.add_argument("--max-draft-tokens", type=int, default=8)
+    decode.add_argument("--max-draft-tokens", type=int, default=DEFAULT_MAX_DRAFT_TOKENS,
+                        help="draft cap k for our methods and transformers' prompt_lookup_num_tokens")
     decode.add_argument("--repeats", type=int, default=3)
     decode.add_argument("--seed", type=int, default=0)
     decode.add_argument("--quick", action="store_true", help="3 prompts per workload, one repetition")

@@ -20,6 +20,7 @@ import sys
 from lsprotocol import types
 
 from decoding.engine import DRAFTER_MODES, Engine
+from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS
 from decoding.starter.data import DEFAULT_HELD_OUT, read_texts, stdlib_files
 from lsp_server.cli import cut_hole
 from lsp_server.completer import complete
@@ -105,7 +106,7 @@ def add_parser(commands) -> None:
     cuts.add_argument("--cuts", type=int, default=20)
     cuts.add_argument("--cut-lines", type=int, default=3)
     cuts.add_argument("--max-new-tokens", type=int, default=64)
-    cuts.add_argument("--max-draft-tokens", type=int, default=8)
+    cuts.add_argument("--max-draft-tokens", type=int, default=DEFAULT_MAX_DRAFT_TOKENS)
     cuts.add_argument("--draft-min-confidence", type=float, default=0.0,
                       help="the draft model stops at a token it gives less probability than this")
     cuts.add_argument("--drafters", default="none,ngram,model,auto")

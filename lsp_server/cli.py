@@ -26,6 +26,7 @@ from pathlib import Path  # noqa: E402
 from lsprotocol import types  # noqa: E402
 
 from decoding.engine import DRAFTER_MODES, Engine  # noqa: E402
+from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS  # noqa: E402
 from decoding.loading import STARTER_DRAFT, STARTER_TARGET, ModelLoadError  # noqa: E402
 from lsp_server.documents import Document  # noqa: E402
 from lsp_server.positions import PositionError, codec_for  # noqa: E402
@@ -169,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--drafter", choices=DRAFTER_MODES, default="auto",
                       help="'none' is plain decoding through the same code: the reference")
     comp.add_argument("--max-new-tokens", type=int, default=64)
-    comp.add_argument("--max-draft-tokens", type=int, default=8, help="draft length cap per verify round")
+    comp.add_argument("--max-draft-tokens", type=int, default=DEFAULT_MAX_DRAFT_TOKENS, help="draft length cap per verify round")
     comp.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     comp.add_argument("--top-k", type=int, default=0, help="0 = off")
     comp.add_argument("--top-p", type=float, default=1.0, help="1 = off")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from decoding.engine import DRAFTER_MODES, EngineConfig
+from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS
 from decoding.loading import STARTER_DRAFT, STARTER_TARGET
 from lsp_server.repo_index import IndexConfig
 
@@ -28,7 +29,7 @@ class Settings:
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
-    max_draft_tokens: int = 8  # draft length cap per verify round
+    max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS  # draft length cap per verify round
     draft_min_confidence: float = 0.0  # the draft model stops at a token it gives less probability (0 = off)
     prefix_tokens: int = 1024  # prompt budget before the cursor
     suffix_tokens: int = 256  # prompt budget after the cursor

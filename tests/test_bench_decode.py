@@ -26,6 +26,8 @@ def test_bench_decode_reports_every_workload_and_method(tmp_path):
             assert row["divergences_at_near_ties"] == row["other_divergences"] == 0
         if row["method"] == "none":
             assert row["speedup_vs_plain"] == 1.0 and row["tokens_per_pass"] == 1.0
+        if row["method"] in ("ngram", "tree"):  # lookup drafters: never above the bound in hindsight
+            assert row["tokens_per_pass"] <= row["lookup_bound_tokens_per_pass"] + 1e-3
     assert "speedup" in done.stdout
     sweep = json.loads((tmp_path / "sweep.json").read_text())
     assert {r["k"] for r in sweep} == {1, 2, 4, 8, 16} and all(r["tokens_per_pass"] >= 1 for r in sweep)
@@ -64,3 +66,44 @@ def test_a_divergence_is_a_near_tie_only_where_the_targets_logits_are_that_close
         second = int(logits.topk(2).indices[1])
         model.lm_head.weight[second] = model.lm_head.weight[top]
     assert divergence_is_near_tie(engine, prompt, [top], [second]) is True
+
+
+def test_the_lookup_bound_counts_the_passes_of_the_best_lookup_in_hindsight():
+    from decoding.bench_decode import lookup_bound_passes
+
+    prompt = [5, 6, 7, 8, 9, 10, 11, 12, 5]
+    # A copy of the prompt after its first token: 8 tokens, k = 3 -> two full rounds of 3 + 1.
+    assert lookup_bound_passes(prompt, [6, 7, 8, 9, 10, 11, 12, 5], max_draft=3) == 2
+    # Novel tokens (99, 98) follow no occurrence of their context: each costs a pass of its own.
+    assert lookup_bound_passes(prompt, [99, 98, 6], max_draft=3) == 3
+    # The best of several places wins: 5 is followed by 6 7 8 at the start, by nothing better elsewhere.
+    assert lookup_bound_passes([1, 5, 2, 5, 6, 7, 8, 5], [6, 7, 8], max_draft=3) == 1
+
+
+def test_no_ngram_drafter_beats_the_lookup_bound():
+    """The bound is a ceiling: our n-gram drafter, at fixed k on random repetitive sequences, never
+    needs fewer passes (a bound computed too high, e.g. over later tokens, fails this)."""
+    import random
+
+    from decoding.bench_decode import lookup_bound_passes
+    from decoding.drafters.base import DraftContext
+    from decoding.drafters.ngram import NgramDrafter
+
+    rng = random.Random(0)
+    for _ in range(50):
+        base = [rng.randrange(12) for _ in range(30)]
+        prompt, output = base[:20], base[20:] + base[:15] + [rng.randrange(12) for _ in range(5)]
+        k = rng.choice([1, 3, 8])
+        drafter, sequence, done, passes = NgramDrafter(), list(prompt), 0, 0
+        while done < len(output):
+            budget = min(k, len(output) - done - 1)
+            draft = drafter.propose(DraftContext(sequence, budget, None, None)) if budget > 0 else None
+            accepted = 0
+            for token in (draft.tokens if draft else []):
+                if token != output[done + accepted]:
+                    break
+                accepted += 1
+            sequence += output[done : done + accepted + 1]
+            done += accepted + 1
+            passes += 1
+        assert lookup_bound_passes(prompt, output, k) <= passes

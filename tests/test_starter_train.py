@@ -109,3 +109,17 @@ def test_distillation_fits_the_teacher_distribution_not_the_data(tokenizer):
     student = tiny_model(vocab)
     train_model(student, batches(tokenizer), cfg, "tiny")  # the same steps on the data instead
     assert distilled < 0.8 * before and distilled < kl() - 0.5
+
+
+def test_a_resumed_run_must_continue_from_the_model_its_checkpoint_started_from(tmp_path):
+    """Resuming from a model exported by the stopped run itself would count its steps twice."""
+    import pytest
+
+    from decoding.starter.train import check_lineage
+
+    check_lineage(tmp_path, "target", 9500, resuming=False)  # a new run records where it started
+    check_lineage(tmp_path, "target", 9500, resuming=True)  # the same start: fine
+    with pytest.raises(ValueError, match="9500 steps.*10000"):
+        check_lineage(tmp_path, "target", 10000, resuming=True)
+    check_lineage(tmp_path, "target", 10000, resuming=False)  # a new run may start anywhere
+    check_lineage(tmp_path, "target", 10000, resuming=True)

@@ -209,6 +209,26 @@ def checkpoint_step(path: Path) -> int:
     return torch.load(path, weights_only=False, map_location="cpu")["step"] if path.exists() else 0
 
 
+def check_lineage(work_dir: Path, name: str, init_steps: int, resuming: bool) -> None:
+    """Record (new run) or check (resumed run) the step count of the model a run continues from.
+
+    A checkpoint's counts include every step of its run, so resuming it from a model exported by
+    that same run (whose record holds the run already) would count those steps twice.
+
+    Raises:
+        ValueError: resuming from another starting model than the stopped run's.
+    """
+    lineage = work_dir / f"{name}.init.json"
+    if resuming and lineage.exists():
+        started_from = json.loads(lineage.read_text())["init_steps"]
+        if started_from != init_steps:
+            raise ValueError(f"the {name} checkpoint in {work_dir} continued a model trained for {started_from} "
+                             f"steps, but --init-from names one trained for {init_steps}; resume with the stopped "
+                             "run's --init-from (a model exported by this run already holds its steps)")
+        return
+    lineage.write_text(json.dumps({"init_steps": init_steps}) + "\n")
+
+
 def _save_checkpoint(path: Path, state: dict) -> None:
     """Write atomically: a stopped run never leaves half a checkpoint."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -515,6 +535,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             torch.manual_seed(args.seed)
             model = Qwen2ForCausalLM(build_config(shape, tokenizer, args.context))
+        try:
+            check_lineage(args.work_dir, name, previous.get("steps", 0), args.resume and checkpoint.exists())
+        except ValueError as error:
+            parser.error(str(error))
         model = model.to(device)
         built_head = args.previous_token_head == "always" or (args.previous_token_head == "fresh" and not previous)
         # The head is written again after every step: its attention pattern stays fixed while the rest
