@@ -14,7 +14,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from decoding.starter import TARGET_DIR
 from decoding.starter.data import ExampleMaker, ExampleMix
-from decoding.starter.train import Batches, TrainConfig, batch_source, checkpoint_step, train_model
+from decoding.starter.train import Batches, TrainConfig, batch_source, check_lineage, checkpoint_step, train_model
 
 CHUNKS = ["def total(values, start=0):\n    result = start\n    for value in values:\n        result += value\n"
           "    return result\n", "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"]
@@ -113,10 +113,6 @@ def test_distillation_fits_the_teacher_distribution_not_the_data(tokenizer):
 
 def test_a_resumed_run_must_continue_from_the_model_its_checkpoint_started_from(tmp_path):
     """Resuming from a model exported by the stopped run itself would count its steps twice."""
-    import pytest
-
-    from decoding.starter.train import check_lineage
-
     check_lineage(tmp_path, "target", 9500, resuming=False)  # a new run records where it started
     check_lineage(tmp_path, "target", 9500, resuming=True)  # the same start: fine
     with pytest.raises(ValueError, match="9500 steps.*10000"):

@@ -521,24 +521,27 @@ def main(argv: list[str] | None = None) -> int:
     chunks = [c for text in train_texts for c in chunk_text(text, max_chars=2000)]
     mix = args.mix
     probe = CopyProbe(tokenizer)
-    for name, shape, minutes in (("target", TARGET_SHAPE, args.target_minutes),
-                                 ("draft", DRAFT_SHAPE, args.draft_minutes)):
-        if minutes <= 0:
-            continue
+    models = [(name, shape, minutes) for name, shape, minutes in (("target", TARGET_SHAPE, args.target_minutes),
+                                                                  ("draft", DRAFT_SHAPE, args.draft_minutes))
+              if minutes > 0]
+    records: dict[str, dict] = {}  # the training record of each model we continue from
+    for name, _, _ in models:  # before any training: a refused resume must not come after hours of it
         checkpoint = args.work_dir / f"{name}.pt"
         if not args.resume and checkpoint.exists():
             checkpoint.unlink()
-        previous: dict = {}  # the training record of the model we continue from
+        records[name] = json.loads((args.init_from / name / "training.json").read_text()) if args.init_from else {}
+        try:
+            check_lineage(args.work_dir, name, records[name].get("steps", 0), args.resume and checkpoint.exists())
+        except ValueError as error:
+            parser.error(str(error))
+    for name, shape, minutes in models:
+        checkpoint = args.work_dir / f"{name}.pt"
+        previous = records[name]
         if args.init_from is not None:
             model = Qwen2ForCausalLM.from_pretrained(args.init_from / name, dtype=torch.float32)
-            previous = json.loads((args.init_from / name / "training.json").read_text())
         else:
             torch.manual_seed(args.seed)
             model = Qwen2ForCausalLM(build_config(shape, tokenizer, args.context))
-        try:
-            check_lineage(args.work_dir, name, previous.get("steps", 0), args.resume and checkpoint.exists())
-        except ValueError as error:
-            parser.error(str(error))
         model = model.to(device)
         built_head = args.previous_token_head == "always" or (args.previous_token_head == "fresh" and not previous)
         # The head is written again after every step: its attention pattern stays fixed while the rest
