@@ -14,7 +14,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from decoding.starter import TARGET_DIR
 from decoding.starter.data import ExampleMaker, ExampleMix
-from decoding.starter.train import Batches, TrainConfig, batch_source, check_lineage, checkpoint_step, train_model
+from decoding.starter.train import (Batches, TrainConfig, batch_source, check_lineage, checkpoint_step, train_model,
+                                   untie_embeddings)
 
 CHUNKS = ["def total(values, start=0):\n    result = start\n    for value in values:\n        result += value\n"
           "    return result\n", "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"]
@@ -119,3 +120,23 @@ def test_a_resumed_run_must_continue_from_the_model_its_checkpoint_started_from(
         check_lineage(tmp_path, "target", 10000, resuming=True)
     check_lineage(tmp_path, "target", 10000, resuming=False)  # a new run may start anywhere
     check_lineage(tmp_path, "target", 10000, resuming=True)
+
+
+def test_untied_embeddings_start_equal_train_apart_and_survive_a_save(tokenizer, tmp_path):
+    """Untying changes no output at first; training then moves the output layer apart from the input
+    embeddings, and a saved model reloads untied with both matrices."""
+    model = tiny_model(tokenizer.get_vocab_size()).eval()
+    input_ids = batches(tokenizer, seed=3)(2)[0]  # (2, 65)
+    with torch.no_grad():
+        before = model(input_ids=input_ids).logits  # (2, 65, V)
+    assert untie_embeddings(model) and not untie_embeddings(model)  # a second call finds it untied
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=input_ids).logits, before)
+    train_model(model, batches(tokenizer), TrainConfig(minutes=5, max_steps=5, context=64, batch_size=2, lr=3e-3,
+                                                      warmup_steps=1), "tiny")
+    embedding, output = model.get_input_embeddings().weight, model.lm_head.weight
+    assert not torch.equal(embedding, output)
+    model.save_pretrained(tmp_path)
+    reloaded = Qwen2ForCausalLM.from_pretrained(tmp_path)
+    assert not reloaded.config.tie_word_embeddings
+    assert torch.equal(reloaded.lm_head.weight, output) and torch.equal(reloaded.get_input_embeddings().weight, embedding)
