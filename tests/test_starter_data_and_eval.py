@@ -160,11 +160,12 @@ def test_heads_built_for_distances_one_to_three_share_a_key_and_look_that_far_ba
 
 class _LookupModel(torch.nn.Module):
     """Predicts, at each position, the token that followed the previous occurrence of the current
-    token (a perfect one-token induction rule), or with ``shift`` the current token itself."""
+    token (a perfect one-token induction rule), or with ``shift`` the current token itself; with
+    ``copies_below`` it copies only ids below that and predicts id 0 instead of the others."""
 
-    def __init__(self, vocab_size: int, shift: bool = False):
+    def __init__(self, vocab_size: int, shift: bool = False, copies_below: int | None = None):
         super().__init__()
-        self.vocab_size, self.shift = vocab_size, shift
+        self.vocab_size, self.shift, self.copies_below = vocab_size, shift, copies_below
         self.device = torch.device("cpu")
 
     def forward(self, input_ids):
@@ -172,7 +173,10 @@ class _LookupModel(torch.nn.Module):
         for row in input_ids.tolist():
             seen, predicted = {}, []
             for position, token in enumerate(row):
-                predicted.append(token if self.shift else row[seen[token] + 1] if token in seen else 0)
+                follower = row[seen[token] + 1] if token in seen else 0
+                if self.copies_below is not None and follower >= self.copies_below:
+                    follower = 0
+                predicted.append(token if self.shift else follower)
                 seen[token] = position
             rows.append(predicted)
         logits = torch.nn.functional.one_hot(torch.tensor(rows), self.vocab_size).float()  # (B, T, V)
@@ -189,3 +193,17 @@ def test_induction_score_separates_a_copier_from_a_non_copier():
     # Random runs of 64 ids rarely repeat an id, so the one-token rule copies nearly every position.
     assert induction_score(_LookupModel(vocab), tokenizer, runs=4, length=64, seed=0) > 0.9
     assert induction_score(_LookupModel(vocab, shift=True), tokenizer, runs=4, length=64, seed=0) < 0.05
+
+
+def test_induction_by_id_quarter_finds_a_copier_that_fails_on_rare_ids():
+    from transformers import AutoTokenizer
+
+    from decoding.starter.evaluate import induction_by_id_quarter, induction_score
+
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_DIR)
+    vocab = len(tokenizer)
+    half_copier = _LookupModel(vocab, copies_below=vocab // 2)
+    quarters = induction_by_id_quarter(half_copier, tokenizer, runs=8, length=64, seed=0)
+    assert min(quarters[:2]) > 0.9 and max(quarters[2:]) == 0.0, quarters
+    assert 0.4 < induction_score(half_copier, tokenizer, runs=8, length=64, seed=0) < 0.6
+    assert min(induction_by_id_quarter(_LookupModel(vocab), tokenizer, runs=8, length=64, seed=0)) > 0.9

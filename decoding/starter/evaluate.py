@@ -18,7 +18,8 @@ default), which no starter model trains on. All decoding here is plain greedy de
 * ``induction_score``: a run of random ordinary token ids, then the same run again; the fraction of
   the repeat's tokens (after its first) that the model predicts right with teacher forcing. Code has
   priors a model can lean on; random ids have none, so this measures in-context copying (an induction
-  head, Olsson et al. 2022) alone. A model without one scores near 0.
+  head, Olsson et al. 2022) alone. A model without one scores near 0. ``induction_by_id_quarter``
+  splits the target's score by the copied id's quarter of the vocabulary (rarer tokens last).
 * ``fim_exact_match``: PSM fill-in-the-middle (``<|fim_prefix|>``...``<|fim_middle|>``) with the cursor
   at the end of a line, the next (non-blank) line missing; exact match of the first generated line
   with it (indentation included), at ``fim_cuts`` cut points. The cursor sits where tokens end: a cut
@@ -218,6 +219,19 @@ def _continuation_score(model, pairs: list[tuple[list[int], list[int]]], window:
 
 
 @torch.inference_mode()
+def _induction_hits(model, tokenizer, runs: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(hits, expected)``, both ``(runs, length - 1)``: whether the model's argmax on the second copy
+    of each random id run is the repeat's next id (bool), and that id (int64)."""
+    generator = torch.Generator().manual_seed(seed)
+    ordinary = torch.tensor(sorted(set(range(len(tokenizer))) - set(tokenizer.all_special_ids)))  # (N,) int64
+    run_ids = ordinary[torch.randint(len(ordinary), (runs, length), generator=generator)]  # (R, L)
+    input_ids = torch.cat([run_ids, run_ids], dim=1).to(model.device)  # (R, 2L)
+    predicted = model(input_ids=input_ids).logits.argmax(-1)  # (R, 2L)
+    # Position length + i predicts token length + i + 1, the repeat's (i + 1)-th id.
+    expected = input_ids[:, length + 1 :]  # (R, L - 1)
+    return (predicted[:, length : 2 * length - 1] == expected).cpu(), expected.cpu()
+
+
 def induction_score(model, tokenizer, runs: int, length: int, seed: int) -> float:
     """Teacher-forced accuracy on the second copy of random id runs (see the module docstring).
 
@@ -227,14 +241,24 @@ def induction_score(model, tokenizer, runs: int, length: int, seed: int) -> floa
     Returns:
         A fraction in [0, 1].
     """
-    generator = torch.Generator().manual_seed(seed)
-    ordinary = torch.tensor(sorted(set(range(len(tokenizer))) - set(tokenizer.all_special_ids)))  # (N,) int64
-    run_ids = ordinary[torch.randint(len(ordinary), (runs, length), generator=generator)]  # (R, L)
-    input_ids = torch.cat([run_ids, run_ids], dim=1).to(model.device)  # (R, 2L)
-    predicted = model(input_ids=input_ids).logits.argmax(-1)  # (R, 2L)
-    # Position length + i predicts token length + i + 1, the repeat's (i + 1)-th id.
-    hits = predicted[:, length : 2 * length - 1] == input_ids[:, length + 1 :]  # (R, L - 1)
+    hits, _ = _induction_hits(model, tokenizer, runs, length, seed)
     return round(hits.float().mean().item(), 4)
+
+
+def induction_by_id_quarter(model, tokenizer, runs: int, length: int, seed: int) -> list[float]:
+    """The induction score split by the id of the token to copy, in four equal ranges of the vocabulary.
+
+    A BPE vocabulary's later merges are its rarer tokens, so a score that falls from the first quarter
+    to the last says copying depends on how often the model saw the token (the tied target shipped on
+    2026-12-01: 0.81, 0.80, 0.67, 0.55; ``train.untie_embeddings`` gives the likely reason).
+
+    Returns:
+        Four fractions in [0, 1], lowest ids first (NaN for a range with no scored token).
+    """
+    hits, expected = _induction_hits(model, tokenizer, runs, length, seed)
+    quarter = (expected * 4) // len(tokenizer)  # (R, L - 1) in 0..3
+    return [round(hits[quarter == q].float().mean().item(), 4) if (quarter == q).any() else float("nan")
+            for q in range(4)]
 
 
 def fim_exact_match(model, tokenizer, pairs: list[tuple[list[int], str]], max_new_tokens: int = 64) -> float:
@@ -327,6 +351,8 @@ def evaluate_pair(target, draft, tokenizer, cfg: EvalConfig, held_out: tuple[str
     note("induction")
     for key, model in (("induction_score", target), ("draft_induction_score", draft)):
         result[key] = induction_score(model, tokenizer, cfg.induction_runs, cfg.induction_length, cfg.seed)
+    result["induction_by_id_quarter"] = induction_by_id_quarter(target, tokenizer, cfg.induction_runs,
+                                                                cfg.induction_length, cfg.seed)
     note("fim")
     cuts = fim_prompts(texts, tokenizer, cfg, random.Random(cfg.seed + 2))
     result["fim_exact_match"] = fim_exact_match(target, tokenizer, cuts)
