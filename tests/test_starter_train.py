@@ -140,3 +140,17 @@ def test_untied_embeddings_start_equal_train_apart_and_survive_a_save(tokenizer,
     reloaded = Qwen2ForCausalLM.from_pretrained(tmp_path)
     assert not reloaded.config.tie_word_embeddings
     assert torch.equal(reloaded.lm_head.weight, output) and torch.equal(reloaded.get_input_embeddings().weight, embedding)
+
+
+def test_an_untied_checkpoint_does_not_resume_into_a_tied_model(tokenizer, tmp_path):
+    """Loading two matrices into one shared one would silently lose one of them."""
+    cfg = TrainConfig(minutes=5, max_steps=3, context=64, batch_size=2, lr=3e-3, warmup_steps=1)
+    untied = tiny_model(tokenizer.get_vocab_size())
+    untie_embeddings(untied)
+    train_model(untied, batches(tokenizer), cfg, "tiny", checkpoint=tmp_path / "tiny.pt")
+    with pytest.raises(ValueError, match="--untie-embeddings"):
+        train_model(tiny_model(tokenizer.get_vocab_size()), batches(tokenizer), replace(cfg, max_steps=4), "tiny",
+                    checkpoint=tmp_path / "tiny.pt")
+    again = tiny_model(tokenizer.get_vocab_size())
+    untie_embeddings(again)
+    assert train_model(again, batches(tokenizer), replace(cfg, max_steps=4), "tiny", checkpoint=tmp_path / "tiny.pt")["steps"] == 4

@@ -276,7 +276,8 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
         log_path: JSON-lines log, one record per ``cfg.log_every`` steps (step, loss, lr, tokens/s, copy probe).
         probe: scored every ``cfg.probe_every`` steps and logged.
         phase: what this invocation trains on (e.g. the data mix and learning rate); a resumed run whose phase differs
-            from the checkpoint's records a new phase starting at the resumed step.
+            from the checkpoint's records a new phase starting at the resumed step. A checkpoint with
+            untied embeddings does not load into a tied model (ValueError).
         after_step: called after every optimizer step and once before the first (after a resumed
             checkpoint is loaded), e.g. to hold parameters fixed.
         data_workers: DataLoader processes building batches (see :func:`batch_source`); 0 builds them here.
@@ -301,7 +302,13 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
     phases = [{"from_step": 0, **(phase or {})}]
     if checkpoint is not None and checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False, map_location=device)
-        model.load_state_dict(state["model"])
+        saved = state["model"]
+        tied = model.lm_head.weight is model.get_input_embeddings().weight
+        if tied and "lm_head.weight" in saved and not torch.equal(saved["lm_head.weight"], saved["model.embed_tokens.weight"]):
+            # Loading both into one shared matrix would keep whichever came last and lose the other.
+            raise ValueError(f"{checkpoint} holds untied embeddings but the model is tied: resume with the "
+                             "stopped run's --untie-embeddings")
+        model.load_state_dict(saved)
         optimizer.load_state_dict(state["optimizer"])
         batches.rng.setstate(state["data_rng"])
         torch.set_rng_state(state["torch_rng"].cpu())
