@@ -142,15 +142,19 @@ def test_untied_embeddings_start_equal_train_apart_and_survive_a_save(tokenizer,
     assert torch.equal(reloaded.lm_head.weight, output) and torch.equal(reloaded.get_input_embeddings().weight, embedding)
 
 
-def test_an_untied_checkpoint_does_not_resume_into_a_tied_model(tokenizer, tmp_path):
-    """Loading two matrices into one shared one would silently lose one of them."""
+def test_a_checkpoint_resumes_only_into_a_model_tied_as_it_was(tokenizer, tmp_path):
+    """A resume with the other --untie-embeddings setting gets a clear error, in both directions."""
     cfg = TrainConfig(minutes=5, max_steps=3, context=64, batch_size=2, lr=3e-3, warmup_steps=1)
-    untied = tiny_model(tokenizer.get_vocab_size())
-    untie_embeddings(untied)
-    train_model(untied, batches(tokenizer), cfg, "tiny", checkpoint=tmp_path / "tiny.pt")
-    with pytest.raises(ValueError, match="--untie-embeddings"):
-        train_model(tiny_model(tokenizer.get_vocab_size()), batches(tokenizer), replace(cfg, max_steps=4), "tiny",
-                    checkpoint=tmp_path / "tiny.pt")
-    again = tiny_model(tokenizer.get_vocab_size())
-    untie_embeddings(again)
-    assert train_model(again, batches(tokenizer), replace(cfg, max_steps=4), "tiny", checkpoint=tmp_path / "tiny.pt")["steps"] == 4
+
+    def model(tied: bool) -> Qwen2ForCausalLM:
+        built = tiny_model(tokenizer.get_vocab_size())
+        if not tied:
+            untie_embeddings(built)
+        return built
+    for tied in (False, True):
+        checkpoint = tmp_path / f"tied-{tied}.pt"
+        train_model(model(tied), batches(tokenizer), cfg, "tiny", checkpoint=checkpoint)
+        with pytest.raises(ValueError, match="--untie-embeddings"):
+            train_model(model(not tied), batches(tokenizer), replace(cfg, max_steps=4), "tiny", checkpoint=checkpoint)
+        assert train_model(model(tied), batches(tokenizer), replace(cfg, max_steps=4), "tiny",
+                           checkpoint=checkpoint)["steps"] == 4

@@ -248,16 +248,17 @@ def induction_score(model, tokenizer, runs: int, length: int, seed: int) -> floa
 def induction_by_id_quarter(model, tokenizer, runs: int, length: int, seed: int) -> list[float]:
     """The induction score split by the id of the token to copy, in four equal ranges of the vocabulary.
 
-    A BPE vocabulary's later merges are its rarer tokens, so a score that falls from the first quarter
+    A BPE vocabulary's later merges are its rarer tokens (the first quarter also holds the byte
+    alphabet, some of it rare), so a score that falls from the first quarter
     to the last says copying depends on how often the model saw the token (the tied target shipped on
     2026-12-01: 0.81, 0.80, 0.67, 0.55; ``train.untie_embeddings`` gives the likely reason).
 
     Returns:
-        Four fractions in [0, 1], lowest ids first (NaN for a range with no scored token).
+        Four fractions in [0, 1], lowest ids first (None for a range with no scored token).
     """
     hits, expected = _induction_hits(model, tokenizer, runs, length, seed)
     quarter = (expected * 4) // len(tokenizer)  # (R, L - 1) in 0..3
-    return [round(hits[quarter == q].float().mean().item(), 4) if (quarter == q).any() else float("nan")
+    return [round(hits[quarter == q].float().mean().item(), 4) if (quarter == q).any() else None
             for q in range(4)]
 
 

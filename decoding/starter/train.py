@@ -276,8 +276,8 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
         log_path: JSON-lines log, one record per ``cfg.log_every`` steps (step, loss, lr, tokens/s, copy probe).
         probe: scored every ``cfg.probe_every`` steps and logged.
         phase: what this invocation trains on (e.g. the data mix and learning rate); a resumed run whose phase differs
-            from the checkpoint's records a new phase starting at the resumed step. A checkpoint with
-            untied embeddings does not load into a tied model (ValueError).
+            from the checkpoint's records a new phase starting at the resumed step. A checkpoint
+            whose embeddings were tied (or untied) does not load into a model whose are not (ValueError).
         after_step: called after every optimizer step and once before the first (after a resumed
             checkpoint is loaded), e.g. to hold parameters fixed.
         data_workers: DataLoader processes building batches (see :func:`batch_source`); 0 builds them here.
@@ -300,15 +300,16 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
     )
     step, tokens, loss_ema, spent = 0, 0, None, 0.0
     phases = [{"from_step": 0, **(phase or {})}]
+    tied = model.lm_head.weight is model.get_input_embeddings().weight
     if checkpoint is not None and checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False, map_location=device)
-        saved = state["model"]
-        tied = model.lm_head.weight is model.get_input_embeddings().weight
-        if tied and "lm_head.weight" in saved and not torch.equal(saved["lm_head.weight"], saved["model.embed_tokens.weight"]):
-            # Loading both into one shared matrix would keep whichever came last and lose the other.
-            raise ValueError(f"{checkpoint} holds untied embeddings but the model is tied: resume with the "
-                             "stopped run's --untie-embeddings")
-        model.load_state_dict(saved)
+        # Checkpoints from before this flag was saved all come from tied models. A mismatch would
+        # otherwise fail later, in the optimizer's state, with a message about parameter group sizes.
+        if state.get("tied_embeddings", True) != tied:
+            raise ValueError(f"{checkpoint} was trained with {'tied' if state.get('tied_embeddings', True) else 'untied'} "
+                             f"embeddings but the model's are {'tied' if tied else 'untied'}: resume with the stopped "
+                             "run's --untie-embeddings setting")
+        model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         batches.rng.setstate(state["data_rng"])
         torch.set_rng_state(state["torch_rng"].cpu())
@@ -324,6 +325,7 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "data_rng": batches.rng.getstate(),
                 "torch_rng": torch.get_rng_state(), "step": step, "tokens": tokens, "loss_ema": loss_ema,
                 "seconds": spent + time.monotonic() - start, "config": asdict(cfg), "phases": phases,
+                "tied_embeddings": tied,
             })
 
     log = log_path.open("a") if log_path is not None else None
@@ -623,7 +625,8 @@ def main(argv: list[str] | None = None) -> int:
                     | {"lr": cfg.lr, "seed": cfg.seed, "previous_token_head": built_head,
                        "previous_token_distances": distances, "distilled_from": str(teacher_dir) if teacher else None,
                        "phases": record.pop("phases"), "data_sources": sources,
-                       "weight_decay": cfg.weight_decay, "untied_embeddings": untied,
+                       "weight_decay": cfg.weight_decay, "untied_here": untied,
+                       "tied_embeddings": model.config.tie_word_embeddings,
                        "copy_probe": probe(model)})
         record.update(runs=runs, steps=sum(r["steps"] for r in runs), train_tokens=sum(r["train_tokens"] for r in runs),
                       train_seconds=round(sum(r["train_seconds"] for r in runs), 1))
