@@ -93,6 +93,12 @@ def build_config(shape: ModelShape, tokenizer: PreTrainedTokenizerFast, context:
     )
 
 
+def embeddings_tied(model: Qwen2ForCausalLM) -> bool:
+    """Whether ``model``'s output layer shares its matrix with the input embeddings."""
+    embedding = model.get_input_embeddings().weight  # (V, H)
+    return model.lm_head.weight is embedding or model.lm_head.weight.data_ptr() == embedding.data_ptr()
+
+
 @torch.no_grad()
 def untie_embeddings(model: Qwen2ForCausalLM) -> bool:
     """Give ``model``'s output layer (``lm_head``) its own copy of the tied input embeddings, in place.
@@ -110,11 +116,10 @@ def untie_embeddings(model: Qwen2ForCausalLM) -> bool:
     Returns:
         True when the model was tied (and is now untied), False when it already had its own ``lm_head``.
     """
-    embedding = model.get_input_embeddings().weight  # (V, H)
-    if model.lm_head.weight is not embedding and model.lm_head.weight.data_ptr() != embedding.data_ptr():
+    if not embeddings_tied(model):
         return False
     model.config.tie_word_embeddings = False
-    model.lm_head.weight = torch.nn.Parameter(embedding.detach().clone())
+    model.lm_head.weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
     return True
 
 
@@ -300,15 +305,16 @@ def train_model(model: Qwen2ForCausalLM, batches: Batches, cfg: TrainConfig, nam
     )
     step, tokens, loss_ema, spent = 0, 0, None, 0.0
     phases = [{"from_step": 0, **(phase or {})}]
-    tied = model.lm_head.weight is model.get_input_embeddings().weight
+    tied = embeddings_tied(model)
     if checkpoint is not None and checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False, map_location=device)
         # Checkpoints from before this flag was saved all come from tied models. A mismatch would
         # otherwise fail later, in the optimizer's state, with a message about parameter group sizes.
-        if state.get("tied_embeddings", True) != tied:
-            raise ValueError(f"{checkpoint} was trained with {'tied' if state.get('tied_embeddings', True) else 'untied'} "
-                             f"embeddings but the model's are {'tied' if tied else 'untied'}: resume with the stopped "
-                             "run's --untie-embeddings setting")
+        saved_tied = state.get("tied_embeddings", True)
+        if saved_tied != tied:
+            raise ValueError(f"{checkpoint} was trained with {'tied' if saved_tied else 'untied'} embeddings but the "
+                             f"model's are {'tied' if tied else 'untied'}: resume with the stopped run's "
+                             "--untie-embeddings setting")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         batches.rng.setstate(state["data_rng"])
