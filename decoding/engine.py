@@ -26,14 +26,8 @@ from decoding.drafters.ngram import NgramConfig, NgramDrafter
 from decoding.drafters.ngram_store import NgramStore
 from decoding.generate import Generation, GenerationConfig, SpeculativeGenerator
 from decoding.kv_cache import KVCacheState
-from decoding.loading import (
-    NO_DRAFT,
-    STARTER_DRAFT,
-    STARTER_TARGET,
-    LoadedModel,
-    check_draft_compatible,
-    load_model,
-)
+from decoding.loading import LoadedModel, check_draft_compatible, load_model
+from decoding.model_names import AUTO, NO_DRAFT, resolve_pair
 
 log = logging.getLogger(__name__)
 
@@ -41,19 +35,15 @@ DRAFTER_MODES = ("auto", "ngram", "tree", "model", "none")
 TREE_CANDIDATES = 4  # distinct n-gram continuations verified together in "tree" mode
 PROMPT_CACHES = 4  # documents whose KV caches are kept between requests
 
-#: FIM and repository special tokens (Qwen2.5-Coder names) that end a fill-in-the-middle answer.
-FIM_STOP_TOKENS = ("<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-                   "<|file_sep|>", "<|repo_name|>")
-
 
 @dataclass(frozen=True)
 class EngineConfig:
     """Which models to load and how to draft."""
 
-    model: str = STARTER_TARGET  # "starter", a local directory or a hub id
-    draft_model: str = STARTER_DRAFT  # as model, or "none"
+    model: str = AUTO  # see decoding.model_names: auto (the real pair when installed), a pack, a path, a hub id
+    draft_model: str = AUTO  # as model, or "none"; auto: the target's registered partner, else none
     device: str = "auto"  # auto: CUDA when available, else CPU
-    dtype: str = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+    dtype: str = "auto"  # auto: see decoding.loading.resolve_dtype
     trust_remote_code: bool = False  # run a hub repository's own code: only if the user says so
     ngram: NgramConfig = field(default_factory=NgramConfig)
 
@@ -61,8 +51,10 @@ class EngineConfig:
 class Engine:
     """A target model, an optional draft model and the state kept between generations."""
 
-    def __init__(self, config: EngineConfig, target: LoadedModel, draft: LoadedModel | None):
+    def __init__(self, config: EngineConfig, target: LoadedModel, draft: LoadedModel | None,
+                 notice: str | None = None):
         self.config = config
+        self.notice = notice  # for the user: e.g. the real models are missing and the starter pair runs
         self.target = target
         self.draft = draft
         self.tokenizer = target.tokenizer
@@ -71,31 +63,30 @@ class Engine:
         self.policy = DraftLengthPolicy()  # each generation caps k with GenerationConfig.max_draft_tokens
         self._caches: OrderedDict[object, tuple[KVCacheState, KVCacheState | None]] = OrderedDict()
         self.sources = NgramStore(config.ngram)  # extra draft sources, kept between generations
-        vocab = self.tokenizer.get_vocab()
-        #: Ids that end a completion: every special token (FIM markers, end of text, chat markers...)
-        #: and the model's end-of-sequence ids. A special token never belongs in inserted code.
-        self.completion_stop_ids = (frozenset(vocab[t] for t in FIM_STOP_TOKENS if t in vocab)
-                                    | frozenset(self.tokenizer.all_special_ids) | self.generator.default_stop_ids)
+        #: Ids that end a completion (see decoding.capabilities): a special token never belongs in inserted code.
+        self.completion_stop_ids = target.capabilities.stop_ids | self.generator.default_stop_ids
 
     @classmethod
     def load(cls, config: EngineConfig, on_stage: Callable[[str], None] | None = None) -> Engine:
-        """Load the target and draft models named in ``config``.
+        """Load the target and draft models named in ``config`` (``auto`` names settled by
+        :func:`decoding.model_names.resolve_pair`; the engine's ``notice`` says when that fell back).
 
         Args:
             on_stage: called with a short description before each loading step (for progress).
         Raises:
             decoding.loading.ModelLoadError: a model is missing or the draft does not fit the target.
         """
+        pair = resolve_pair(config.model, config.draft_model)
         if on_stage:
-            on_stage(f"loading target model {config.model}")
-        target = load_model(config.model, config.device, config.dtype, config.trust_remote_code)
+            on_stage(f"loading target model {pair.target}")
+        target = load_model(pair.target, config.device, config.dtype, config.trust_remote_code, on_stage)
         draft = None
-        if config.draft_model != NO_DRAFT:
+        if pair.draft != NO_DRAFT:
             if on_stage:
-                on_stage(f"loading draft model {config.draft_model}")
-            draft = load_model(config.draft_model, str(target.model.device), config.dtype, config.trust_remote_code)
+                on_stage(f"loading draft model {pair.draft}")
+            draft = load_model(pair.draft, str(target.model.device), config.dtype, config.trust_remote_code, on_stage)
             check_draft_compatible(target, draft)
-        return cls(config, target, draft)
+        return cls(config, target, draft, pair.notice)
 
     def sync_sources(self, wanted: dict[str, tuple[object, str | Callable[[], list[int]]]],
                      retain: set[str] = frozenset(), drop: set[str] = frozenset(),

@@ -1,41 +1,41 @@
 """Loading target and draft models and their tokenizer.
 
-A model is named by a local directory or a Hugging Face hub id; the bundled starter pair is the
-default. A local directory is loaded with ``local_files_only=True`` (no network); only a hub id the
-user names may download. ``trust_remote_code`` stays off unless the caller turns it on.
+Model names are resolved by :mod:`decoding.model_names` (packs, GGUF files, directories, hub ids). A
+local directory is loaded with ``local_files_only=True`` (no network); only a hub id the user names
+may download. ``trust_remote_code`` stays off unless the caller turns it on. Each loaded model's
+capabilities (FIM, repository prompt, stop ids) are recorded here, once.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase,
                           PreTrainedTokenizerFast)
 from transformers.models.auto.tokenization_auto import get_tokenizer_config
 
-from decoding.starter import DRAFT_DIR, TARGET_DIR
+from decoding.capabilities import ModelCapabilities, read_capabilities
+from decoding.errors import ModelLoadError
+from decoding.generate import end_of_sequence_ids
+from decoding.gguf_models import Stage
+from decoding.model_names import NO_DRAFT, STARTER_DRAFT, STARTER_TARGET, model_location
 
 log = logging.getLogger(__name__)
 
-STARTER_TARGET = "starter"  # model name meaning the bundled starter target
-STARTER_DRAFT = "starter-draft"  # model name meaning the bundled starter draft
-NO_DRAFT = "none"
-
-
-class ModelLoadError(RuntimeError):
-    """A model or tokenizer could not be loaded, or a draft does not fit its target."""
+__all__ = ["NO_DRAFT", "STARTER_DRAFT", "STARTER_TARGET", "LoadedModel", "ModelLoadError", "check_draft_compatible",
+           "load_model", "load_tokenizer", "model_location"]
 
 
 @dataclass
 class LoadedModel:
-    """A causal LM in eval mode and its tokenizer."""
+    """A causal LM in eval mode, its tokenizer and what it can do."""
 
     name: str
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
+    capabilities: ModelCapabilities
 
     @property
     def vocab_size(self) -> int:
@@ -88,34 +88,22 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return names[dtype]
 
 
-def model_location(name: str) -> tuple[str, bool]:
-    """``(path or hub id, local_only)`` for a model name; starter names map to the bundled pair."""
-    if name == STARTER_TARGET:
-        return str(TARGET_DIR), True
-    if name == STARTER_DRAFT:
-        return str(DRAFT_DIR), True
-    path = Path(name).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path} is not a model directory: it has no config.json")
-        return str(path), True
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise ModelLoadError(f"model directory {name!r} does not exist")
-    return name, False
-
-
-def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False) -> LoadedModel:
+def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False,
+               on_stage: Stage | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer for inference.
 
     Args:
-        name: ``"starter"``, ``"starter-draft"``, a local model directory, or a hub id (downloads).
+        name: a model name (see :mod:`decoding.model_names`; not ``auto``): a pack, ``"starter"``,
+            ``"starter-draft"``, a ``.gguf`` file, a local model directory, or a hub id (downloads).
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
         dtype: ``"auto"`` (see :func:`resolve_dtype`) or an explicit float type.
         trust_remote_code: allow a hub repository's own modelling code to run. Off by default.
+        on_stage: told about slow steps (the one-time conversion of a pack or GGUF file).
     Raises:
-        ModelLoadError: missing directory, unknown hub id, no network, unsupported architecture.
+        ModelLoadError: missing directory, unknown hub id, no network, unsupported architecture, a pack
+            that is not installed or does not match its pinned hash.
     """
-    location, local_only = model_location(name)
+    location, local_only = model_location(name, on_stage)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     try:
@@ -131,7 +119,10 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
                              "rolled back after a rejected draft; speclsp needs attention-only models")
     model.to(torch_device).eval()
     log.info("loaded %s from %s on %s as %s", name, location, torch_device, torch_dtype)
-    return LoadedModel(name=name, model=model, tokenizer=tokenizer)
+    eos_ids = end_of_sequence_ids(model, tokenizer)
+    capabilities = read_capabilities(tokenizer, eos_ids, location if local_only else None)
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, capabilities=capabilities)
+
 
 
 # tokenizer_config.json classes meaning "exactly what tokenizer.json says"

@@ -1,10 +1,18 @@
-"""``speclsp bench cuts``: complete holes cut into held-out standard-library files, per drafter.
+"""``speclsp bench cuts``: complete holes cut into held-out files, per drafter: speed and quality.
 
 For each cut point (a line inside a held-out file, chosen with a fixed seed) the text from the line's
 indentation to the end of the ``--cut-lines``-th line is removed, and every drafter completes the hole
-from a cold cache. Reported per drafter: mean accepted tokens per target pass, acceptance rate,
-tokens/s over decoding (draft + verify) and over the whole generation (prefill included), and whether
-every output equals plain greedy decoding (``none``, run first; without it, the first drafter listed).
+from a cold cache, as ``speclsp complete --cut-lines`` does. Reported per drafter: mean accepted tokens
+per target pass, acceptance rate, tokens/s over decoding (draft + verify) and over the whole generation
+(prefill included), wall-clock latency of the whole completion (p50/p95), whether every output equals
+plain greedy decoding (``none``, run first; without it, the first drafter listed), and the quality of
+what would be inserted: the share of non-empty completions, the share after whose insertion the file
+still parses (Python's ``ast``), and the share whose first line equals the removed text's first line.
+
+Corpora (``--corpus``): ``stdlib`` (the held-out packages of the standard library, which real models
+have seen in training), ``2026`` (files first written in 2026, by their copyright line, of the installed
+transformers and huggingface_hub, outside ``transformers/models`` whose model files copy each other:
+code the Qwen2.5-Coder models, trained in 2024, cannot have seen), or a directory of ``.py`` files.
 
 A measurement command, not a test: it times this machine.
 """
@@ -12,16 +20,21 @@ A measurement command, not a test: it times this machine.
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib.util
 import json
 import random
 import statistics
 import sys
+import time
+from dataclasses import replace
+from pathlib import Path
 
 from lsprotocol import types
 
 from decoding.engine import DRAFTER_MODES, Engine
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS
-from decoding.starter.data import DEFAULT_HELD_OUT, read_texts, stdlib_files
+from decoding.starter.data import DEFAULT_HELD_OUT, stdlib_files
 from lsp_server.cli import cut_hole
 from lsp_server.completer import complete
 from lsp_server.documents import Document
@@ -29,17 +42,74 @@ from lsp_server.positions import codec_for
 from lsp_server.settings import Settings
 
 
-def cut_points(count: int, seed: int) -> list[tuple[Document, types.Position]]:
-    """``count`` (document, cursor) pairs at the indentation of code lines inside held-out files."""
-    paths = stdlib_files(DEFAULT_HELD_OUT, want_held_out=True)
+_COPYRIGHT_HEAD_CHARS = 600  # where a file's copyright line is looked for
+
+
+def corpus_files(corpus: str) -> list[Path]:
+    """The ``.py`` files of a corpus (see the module docstring), sorted.
+
+    Raises:
+        ValueError: an unknown corpus, or one with no files.
+    """
+    if corpus == "stdlib":
+        return stdlib_files(DEFAULT_HELD_OUT, want_held_out=True)
+    if corpus == "2026":
+        roots = [Path(spec.origin).parent for name in ("transformers", "huggingface_hub")
+                 if (spec := importlib.util.find_spec(name)) is not None and spec.origin]
+        paths = []
+        for root in roots:
+            for path in sorted(root.rglob("*.py")):
+                if "models" in path.relative_to(root).parts[:1] or "__pycache__" in path.parts:
+                    continue
+                with open(path, encoding="utf-8", errors="replace") as source:
+                    if "Copyright 2026" in source.read(_COPYRIGHT_HEAD_CHARS):
+                        paths.append(path)
+    else:
+        root = Path(corpus).expanduser()
+        if not root.is_dir():
+            raise ValueError(f"--corpus must be stdlib, 2026 or a directory of .py files; {corpus!r} is none of them")
+        paths = sorted(root.rglob("*.py"))
+    if not paths:
+        raise ValueError(f"corpus {corpus!r} has no .py files here")
+    return paths
+
+
+def parses(text: str) -> bool:
+    """Whether ``text`` is valid Python."""
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def first_line(text: str) -> str:
+    return text.split("\n", 1)[0].rstrip()
+
+
+def cut_points(count: int, seed: int, corpus: str = "stdlib") -> list[tuple[Document, types.Position]]:
+    """``count`` (document, cursor) pairs at the indentation of code lines inside held-out files that parse.
+
+    Raises:
+        ValueError: the corpus has fewer candidate lines than ``count``.
+    """
+    paths = corpus_files(corpus)
     rng = random.Random(seed)
     candidates = []
-    for path, text in zip(paths, read_texts(paths)):
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8").replace("\r\n", "\n")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if not parses(text):
+            continue
         document = Document(path.as_uri(), text, 0, "python")
         for number, line in enumerate(text.split("\n")):
             stripped = line.strip()
             if line.startswith(" ") and stripped and not stripped.startswith(("#", '"', "'", ")", "]", "}")):
                 candidates.append((document, types.Position(line=number, character=len(line) - len(line.lstrip()))))
+    if len(candidates) < count:
+        raise ValueError(f"corpus {corpus!r} has {len(candidates)} cut points, fewer than --cuts {count}")
     return rng.sample(candidates, count)
 
 
@@ -53,32 +123,50 @@ def run(args: argparse.Namespace) -> int:
     # Plain decoding first: it is the reference every other drafter must equal.
     drafters = (["none"] if "none" in drafters else []) + [d for d in drafters if d != "none"]
     codec = codec_for(types.PositionEncodingKind.Utf32)
-    engine = Engine.load(Settings().engine_config())
+    base = Settings(model=args.model, draft_model=args.draft_model, dtype=args.dtype)
+    points = cut_points(args.cuts, args.seed, args.corpus)
+    engine = Engine.load(base.engine_config())
+    if engine.notice:
+        print(f"speclsp: note: {engine.notice}", file=sys.stderr)
     rows: dict[str, list[dict]] = {d: [] for d in drafters}
-    for index, (document, position) in enumerate(cut_points(args.cuts, args.seed)):
-        holed, _ = cut_hole(document, position, codec, args.cut_lines)
+    for index, (document, position) in enumerate(points):
+        holed, removed = cut_hole(document, position, codec, args.cut_lines)
+        offset = holed.lines.offset_at(position, codec)
         reference = None
         for drafter in drafters:  # interleaved: every drafter completes this cut before the next cut
             engine.reset_caches()
-            settings = Settings(drafter=drafter, max_new_tokens=args.max_new_tokens,
-                                max_draft_tokens=args.max_draft_tokens, draft_min_confidence=args.draft_min_confidence)
-            generation = complete(engine, holed, position, codec, settings).generation
+            settings = replace(base, drafter=drafter, max_new_tokens=args.max_new_tokens,
+                               max_draft_tokens=args.max_draft_tokens, draft_min_confidence=args.draft_min_confidence)
+            started = time.perf_counter()
+            completion = complete(engine, holed, position, codec, settings)
+            latency_ms = 1000 * (time.perf_counter() - started)
+            generation = completion.generation
             stats = generation.stats
             reference = generation.token_ids if reference is None else reference
             decode_ms = stats.ms["draft"] + stats.ms["verify"]
+            inserted = completion.insert_text
             rows[drafter].append({
                 "tokens": stats.new_tokens, "passes": stats.target_passes, "drafted": stats.drafted,
                 "accepted": stats.accepted, "decode_ms": decode_ms, "total_ms": stats.ms["total"],
-                "identical": generation.token_ids == reference,
+                "latency_ms": latency_ms, "identical": generation.token_ids == reference,
+                "non_empty": bool(inserted.strip()),
+                "parses": parses(holed.text[:offset] + inserted + holed.text[offset:]),
+                "first_line_exact": bool(inserted.strip()) and first_line(inserted) == first_line(removed),
             })
         print(f"cut {index + 1}/{args.cuts}: {document.uri.rsplit('/', 2)[-2:]} line {position.line + 1}",
               file=sys.stderr)
     summary = []
     for drafter, results in rows.items():
         tokens = sum(r["tokens"] for r in results)
+        latencies = sorted(r["latency_ms"] for r in results)
         summary.append({
             "drafter": drafter,
             "cuts": len(results),
+            "non_empty": round(statistics.mean(r["non_empty"] for r in results), 3),
+            "parses": round(statistics.mean(r["parses"] for r in results), 3),
+            "first_line_exact": round(statistics.mean(r["first_line_exact"] for r in results), 3),
+            "latency_ms_p50": round(statistics.median(latencies), 1),
+            "latency_ms_p95": round(latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))], 1),
             "tokens": tokens,
             "tokens_per_pass": round(tokens / sum(r["passes"] for r in results), 3),
             "mean_tokens_per_pass_per_cut": round(statistics.mean(r["tokens"] / r["passes"] for r in results), 3),
@@ -87,22 +175,33 @@ def run(args: argparse.Namespace) -> int:
             "total_tokens_per_s": round(1000 * tokens / sum(r["total_ms"] for r in results), 1),
             "identical_to_reference": all(r["identical"] for r in results),
         })
+    models = {"target": engine.target.name, "draft": engine.draft.name if engine.draft is not None else "none",
+              "dtype": str(engine.target.model.dtype), "device": str(engine.target.model.device)}
     if args.json:
-        print(json.dumps({"settings": vars(args) | {"run": None}, "rows": summary}, indent=2))
+        print(json.dumps({"settings": vars(args) | {"run": None}, "models": models, "rows": summary}, indent=2))
     else:
-        print(f"reference for 'identical': {drafters[0]}")
-        header = ["drafter", "tokens/pass", "acceptance", "decode tok/s", "total tok/s", "identical"]
+        print(f"target {models['target']}, draft {models['draft']}, {models['dtype']} on {models['device']}; "
+              f"corpus {args.corpus}, {args.cuts} cuts; reference for 'identical': {drafters[0]}")
+        header = ["drafter", "non-empty", "parses", "1st line exact", "tokens/pass", "acceptance", "decode tok/s",
+                  "total tok/s", "latency p50/p95 ms", "identical"]
         print(" | ".join(header))
         for row in summary:
-            print(f"{row['drafter']} | {row['tokens_per_pass']:.2f} | {row['acceptance_rate']:.2f} | "
-                  f"{row['decode_tokens_per_s']:.1f} | {row['total_tokens_per_s']:.1f} | {row['identical_to_reference']}")
+            print(f"{row['drafter']} | {row['non_empty']:.2f} | {row['parses']:.2f} | {row['first_line_exact']:.2f} | "
+                  f"{row['tokens_per_pass']:.2f} | {row['acceptance_rate']:.2f} | {row['decode_tokens_per_s']:.1f} | "
+                  f"{row['total_tokens_per_s']:.1f} | {row['latency_ms_p50']:.0f}/{row['latency_ms_p95']:.0f} | "
+                  f"{row['identical_to_reference']}")
     return 0
 
 
 def add_parser(commands) -> None:
     bench = commands.add_parser("bench", help="measurements on this machine")
     kinds = bench.add_subparsers(dest="bench", required=True)
-    cuts = kinds.add_parser("cuts", help="complete holes cut into held-out stdlib files, per drafter")
+    cuts = kinds.add_parser("cuts", help="complete holes cut into held-out files, per drafter: speed and quality")
+    cuts.add_argument("--corpus", default="stdlib", help="stdlib, 2026 (code written after the models' training) "
+                                                         "or a directory of .py files")
+    cuts.add_argument("--model", default="auto", help="target model name (as for speclsp complete)")
+    cuts.add_argument("--draft-model", default="auto", help="draft model name, or none")
+    cuts.add_argument("--dtype", default="auto")
     cuts.add_argument("--cuts", type=int, default=20)
     cuts.add_argument("--cut-lines", type=int, default=3)
     cuts.add_argument("--max-new-tokens", type=int, default=64)

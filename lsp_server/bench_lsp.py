@@ -150,6 +150,7 @@ async def run_bench(args: argparse.Namespace) -> dict:
 
     await client.initialize_async(types.InitializeParams(
         capabilities=types.ClientCapabilities(), initialization_options={
+            "model": args.model, "draftModel": args.draft_model,
             "drafter": args.drafter, "maxNewTokens": args.max_new_tokens, "traceFile": str(trace_path),
             "indexEnabled": False}))
     client.initialized(types.InitializedParams())
@@ -243,6 +244,8 @@ def add_parser(kinds) -> None:
     lsp = kinds.add_parser("lsp", help="replay human typing through the server over stdio: latency, cache hits")
     lsp.add_argument("--functions", type=int, default=8, help="held-out functions to type")
     lsp.add_argument("--drafter", default="auto")
+    lsp.add_argument("--model", default="auto", help="target model name (as for speclsp complete)")
+    lsp.add_argument("--draft-model", default="auto", help="draft model name, or none")
     lsp.add_argument("--max-new-tokens", type=int, default=32)
     lsp.add_argument("--seed", type=int, default=0)
     lsp.add_argument("--quick", action="store_true", help="two functions")

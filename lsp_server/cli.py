@@ -27,7 +27,8 @@ from lsprotocol import types  # noqa: E402
 
 from decoding.engine import DRAFTER_MODES, Engine  # noqa: E402
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS  # noqa: E402
-from decoding.loading import STARTER_DRAFT, STARTER_TARGET, ModelLoadError  # noqa: E402
+from decoding.errors import ModelLoadError  # noqa: E402
+from decoding.model_names import AUTO  # noqa: E402
 from lsp_server.documents import Document  # noqa: E402
 from lsp_server.positions import PositionError, codec_for  # noqa: E402
 from lsp_server.settings import Settings  # noqa: E402
@@ -110,6 +111,8 @@ def run_complete(args: argparse.Namespace) -> int:
                         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                         top_p=args.top_p, max_draft_tokens=args.max_draft_tokens)
     engine = Engine.load(settings.engine_config(), lambda stage: logging.getLogger("speclsp").info("%s", stage))
+    if engine.notice:
+        print(f"speclsp: note: {engine.notice}", file=sys.stderr)
     results = []
     for i in range(args.num_samples):
         seed = None if args.seed is None else args.seed + i
@@ -165,8 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     comp = commands.add_parser("complete", help="complete a file at FILE:LINE:COL (1-based, columns in characters)")
     comp.add_argument("location", metavar="FILE:LINE:COL")
-    comp.add_argument("--model", default=STARTER_TARGET, help="target: 'starter', a model directory or a hub id")
-    comp.add_argument("--draft-model", default=STARTER_DRAFT, help="draft: 'starter-draft', a directory, a hub id or 'none'")
+    comp.add_argument("--model", default=AUTO,
+                      help="target: auto (qwen2.5-coder-1.5b when installed, else the starter), qwen2.5-coder-1.5b, "
+                           "qwen2.5-coder-0.5b, starter, a .gguf file, a model directory or a hub id")
+    comp.add_argument("--draft-model", default=AUTO,
+                      help="draft: auto (the target's partner: qwen2.5-coder-0.5b for the 1.5b, else none), a model "
+                           "name as for --model, or none")
     comp.add_argument("--drafter", choices=DRAFTER_MODES, default="auto",
                       help="'none' is plain decoding through the same code: the reference")
     comp.add_argument("--max-new-tokens", type=int, default=64)

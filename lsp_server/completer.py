@@ -20,11 +20,9 @@ from pygls import uris
 from pygls.workspace.position_codec import PositionCodec
 
 from decoding.engine import Engine
-from decoding.loading import STARTER_TARGET
-from decoding.starter import TARGET_DIR
 from decoding.generate import Generation, GenerationConfig
 from decoding.sampling import SamplingParams
-from lsp_server.context import CompletionContext, ContextBudget, build_context, knows_repo_format
+from lsp_server.context import CompletionContext, ContextBudget, build_context
 from lsp_server.documents import Document
 from lsp_server.positions import to_document_text
 from lsp_server.postprocess import Mode, TrimContext, decide_mode, trim
@@ -47,14 +45,6 @@ def _label(repo: RepoIndex | None, uri: str) -> str:
     """A file's path as shown to the model: relative to its workspace folder when indexed, else its name."""
     path = _path(uri)
     return repo.relative(path) if repo is not None and path is not None else uri.rsplit("/", 1)[-1]
-
-
-def uses_repo_prompt(engine: Engine) -> bool:
-    """The repository-level prompt for targets that know it: their tokenizer has its tokens, and they
-    are not the starter models (which have the tokens but were never trained on the format)."""
-    model = engine.config.model
-    starter = model == STARTER_TARGET or (Path(model).exists() and Path(model).resolve() == TARGET_DIR.resolve())
-    return knows_repo_format(engine.tokenizer) and not starter
 
 
 def cross_file(document: Document, offset: int, other_documents: list[Document], repo: RepoIndex | None,
@@ -147,7 +137,7 @@ def complete(
     t0 = time.perf_counter()
     budget = ContextBudget(settings.prefix_tokens, settings.suffix_tokens, settings.extra_tokens)
     offset = document.lines.offset_at(position, codec)
-    repo_prompt = uses_repo_prompt(engine)
+    repo_prompt = engine.target.capabilities.repo_prompt
     pool, snippets = cross_file(document, offset, other_documents, repo, repo_prompt and budget.extra_tokens > 0,
                                 4 * budget.extra_tokens)
     repo_names = (repo.repo_name() if repo is not None else "workspace", _label(repo, document.uri))

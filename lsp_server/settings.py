@@ -11,16 +11,16 @@ from typing import Any
 
 from decoding.engine import DRAFTER_MODES, EngineConfig
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS
-from decoding.loading import STARTER_DRAFT, STARTER_TARGET
+from decoding.model_names import AUTO
 from lsp_server.repo_index import IndexConfig
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything a user can set. Defaults run the bundled starter pair, greedy, on CPU or CUDA."""
+    """Everything a user can set. Defaults run the real pair when installed (else the starter pair), greedy."""
 
-    model: str = STARTER_TARGET  # "starter", a local model directory, or a hub id (downloads)
-    draft_model: str = STARTER_DRAFT  # same forms, or "none"
+    model: str = AUTO  # auto | qwen2.5-coder-1.5b | qwen2.5-coder-0.5b | starter | FILE.gguf | a directory | a hub id
+    draft_model: str = AUTO  # same forms, or "none"; auto: the target's registered partner, else none
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto | float32 | float16 | bfloat16
     trust_remote_code: bool = False  # run model repositories' own code; off unless you trust them

@@ -6,6 +6,11 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+#: Server settings / CLI flags that pin the bundled starter pair: the defaults load the real pair when
+#: it is installed, and the fast tiers must not depend on that.
+STARTER_OPTIONS = {"model": "starter", "draftModel": "starter-draft"}
+STARTER_FLAGS = ("--model", "starter", "--draft-model", "starter-draft")
+
 
 def tiny_model(seed: int, vocab_size: int = 48, hidden: int = 32, layers: int = 2, init_std: float = 0.02):
     """A random-init Qwen2 causal LM small enough to run thousands of times in a test."""

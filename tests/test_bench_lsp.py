@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from lsp_server.bench_lsp import percentile, pick_functions, summarize
+from tests.conftest import STARTER_FLAGS
 
 
 def test_summary_joins_client_samples_with_server_records_in_request_order():
@@ -61,7 +62,7 @@ def test_functions_come_from_held_out_files():
 
 def test_bench_lsp_writes_results_json(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "lsp_server.cli", "bench", "lsp", "--functions", "1", "--max-new-tokens", "4",
+        [sys.executable, "-m", "lsp_server.cli", "bench", "lsp", "--functions", "1", "--max-new-tokens", "4", *STARTER_FLAGS,
          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((tmp_path / "results.json").read_text())

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from tests.conftest import STARTER_FLAGS
+
 from decoding.starter.data import stdlib_root
 
 HELD_OUT_FILE = stdlib_root() / "json" / "decoder.py"
@@ -15,6 +17,11 @@ HELD_OUT_FILE = stdlib_root() / "json" / "decoder.py"
 
 def speclsp(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lsp_server.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+def complete(*args: str) -> subprocess.CompletedProcess:
+    """``speclsp complete`` on the starter pair."""
+    return speclsp("complete", *args, *STARTER_FLAGS)
 
 
 def body_location() -> str:
@@ -25,7 +32,7 @@ def body_location() -> str:
 
 
 def test_complete_prints_a_completion_and_stats():
-    result = speclsp("complete", body_location(), "--cut-lines", "2", "--max-new-tokens", "24")
+    result = complete(body_location(), "--cut-lines", "2", "--max-new-tokens", "24")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
     assert "tokens/pass=" in result.stderr and "accepted[" in result.stderr and "verify=" in result.stderr
@@ -34,7 +41,7 @@ def test_complete_prints_a_completion_and_stats():
 def test_complete_json_and_plain_reference_equal_speculative():
     outputs = {}
     for drafter in ("none", "ngram", "model", "auto"):
-        result = speclsp("complete", body_location(), "--cut-lines", "2", "--max-new-tokens", "24",
+        result = complete(body_location(), "--cut-lines", "2", "--max-new-tokens", "24",
                          "--drafter", drafter, "--json", "--dtype", "float32")  # exact equality: fp32
         assert result.returncode == 0, result.stderr
         payload = json.loads(result.stdout)
@@ -51,7 +58,7 @@ def test_complete_json_and_plain_reference_equal_speculative():
 
 def test_sampling_with_seed_is_reproducible_and_num_samples():
     args = ("complete", body_location(), "--cut-lines", "2", "--max-new-tokens", "12", "--temperature", "0.8",
-            "--top-k", "20", "--top-p", "0.95", "--seed", "7", "--num-samples", "2", "--json")
+            "--top-k", "20", "--top-p", "0.95", "--seed", "7", "--num-samples", "2", "--json", *STARTER_FLAGS)
     first, second = speclsp(*args), speclsp(*args)
     assert first.returncode == 0, first.stderr
     runs = [[c["token_ids"] for c in json.loads(r.stdout)["completions"]] for r in (first, second)]
@@ -66,7 +73,7 @@ def test_sampling_with_seed_is_reproducible_and_num_samples():
     (f"{HELD_OUT_FILE}:1:999", "past the end of line"),
 ])
 def test_bad_locations_give_clear_errors(location, message):
-    result = speclsp("complete", location)
+    result = complete(location)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
 
@@ -77,7 +84,7 @@ def test_binary_and_undecodable_files_are_refused(tmp_path):
     latin = tmp_path / "latin.py"
     latin.write_bytes("x = 'caf\xe9'\n".encode("latin-1"))
     for path, message in ((binary, "binary"), (latin, "not UTF-8")):
-        result = speclsp("complete", f"{path}:1:1")
+        result = complete(f"{path}:1:1")
         assert result.returncode == 2 and message in result.stderr
 
 

@@ -26,7 +26,7 @@ UTF16 = codec_for("utf-16")
 def engine():
     # float32: these tests check token-for-token equality, which bfloat16 may break at near-ties
     # (see decoding.loading.resolve_dtype); "auto" would pick bfloat16 on CPUs that have it.
-    return Engine.load(EngineConfig(device="cpu", dtype="float32"))
+    return Engine.load(EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="float32"))
 
 
 def held_out_prompts(engine, count: int) -> list[list[int]]:

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 import pytest_lsp
 from lsprotocol import types
+
 from pygls.exceptions import JsonRpcInvalidParams
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from decoding.starter.data import stdlib_root
+from tests.conftest import STARTER_OPTIONS
 
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server.cli", "serve"])
 HELD_OUT_FILE = stdlib_root() / "json" / "decoder.py"
@@ -47,7 +49,7 @@ def capabilities(encodings: list[str] | None = None) -> types.ClientCapabilities
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def client(lsp_client: LanguageClient):
     lsp_client.initialize_result = await lsp_client.initialize_session(
-        types.InitializeParams(capabilities=capabilities(), initialization_options={"maxNewTokens": 24}))
+        types.InitializeParams(capabilities=capabilities(), initialization_options={**STARTER_OPTIONS, "maxNewTokens": 24}))
     await wait_until_ready(lsp_client)
     yield
     await lsp_client.shutdown_session()
@@ -211,7 +213,7 @@ async def test_l5_l8_every_item_has_range_and_no_special_tokens(client: Language
 async def utf8_client(lsp_client: LanguageClient):
     lsp_client.initialize_result = await lsp_client.initialize_session(types.InitializeParams(
         capabilities=capabilities(["utf-8", "utf-16"]),
-        initialization_options={"speclsp": {"maxNewTokens": 8, "drafter": "bogus", "colour": "blue"}}))
+        initialization_options={"speclsp": {**STARTER_OPTIONS, "maxNewTokens": 8, "drafter": "bogus", "colour": "blue"}}))
     await wait_until_ready(lsp_client)
     yield
     await lsp_client.shutdown_session()
@@ -248,3 +250,27 @@ async def test_change_to_unopened_document_is_a_warning_and_status_request_answe
     uri = open_document(client, "after_bad_change.py", "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    ")
     result = await inline(client, uri, 5, 4)
     assert isinstance(result, types.InlineCompletionList)
+
+
+#: The server with the model packs hidden, as on a machine installed without ``[models]``.
+WITHOUT_PACKS = ClientServerConfig(server_command=[
+    sys.executable, "-c", "import decoding.model_names as names; names.pack_available = lambda name: False; "
+    "from lsp_server.cli import main; raise SystemExit(main(['serve']))"])
+
+
+@pytest_lsp.fixture(config=WITHOUT_PACKS)
+async def packless_client(lsp_client: LanguageClient):
+    lsp_client.initialize_result = await lsp_client.initialize_session(types.InitializeParams(
+        capabilities=capabilities(), initialization_options={"maxNewTokens": 8, "indexEnabled": False}))
+    await wait_until_ready(lsp_client)
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_default_models_missing_falls_back_to_starter_and_says_how_to_install(packless_client: LanguageClient):
+    from decoding.model_packs import INSTALL_COMMAND
+
+    ready = [m.message for m in packless_client.log_messages if "models ready" in m.message]
+    assert "target=starter " in ready[0] and "draft=starter-draft" in ready[0]
+    warnings = [m.message for m in packless_client.messages if m.type == types.MessageType.Warning]
+    assert len(warnings) == 1 and INSTALL_COMMAND in warnings[0] and "qwen2.5-coder-1.5b" in warnings[0]

@@ -11,9 +11,11 @@ import sys
 import pytest
 import pytest_lsp
 from lsprotocol import types
+
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from tests.test_lsp_e2e import capabilities, wait_until_ready
+from tests.conftest import STARTER_OPTIONS
 
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server.cli", "serve"])
 SOURCE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    "
@@ -33,7 +35,7 @@ async def client(lsp_client: LanguageClient, trace_path):
         lsp_client.traces.append(params)
 
     lsp_client.initialize_result = await lsp_client.initialize_session(types.InitializeParams(
-        capabilities=capabilities(), initialization_options={"maxNewTokens": 12, "traceFile": str(trace_path)}))
+        capabilities=capabilities(), initialization_options={**STARTER_OPTIONS, "maxNewTokens": 12, "traceFile": str(trace_path)}))
     await wait_until_ready(lsp_client)
     yield
     await lsp_client.shutdown_session()
@@ -227,7 +229,7 @@ async def ws_client(lsp_client: LanguageClient, workspace):
     await lsp_client.initialize_session(types.InitializeParams(
         capabilities=capabilities(), root_uri=workspace.as_uri(),
         workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="ws")],
-        initialization_options={"maxNewTokens": 8}))
+        initialization_options={**STARTER_OPTIONS, "maxNewTokens": 8}))
     await wait_until_ready(lsp_client)
     yield
     await lsp_client.shutdown_session()

@@ -15,6 +15,8 @@ from lsp_server.settings import Settings, parse_settings
 from lsp_server.tracing import Tracer
 from lsp_server.worker import ERROR, READY, ModelWorker
 
+STARTER = Settings(model="starter", draft_model="starter-draft")
+
 
 async def test_requests_before_ready_get_empty_answers_then_real_ones():
     release = threading.Event()
@@ -29,7 +31,7 @@ async def test_requests_before_ready_get_empty_answers_then_real_ones():
     service = CompletionService(store, worker, Tracer(sent.append), lambda: Settings(max_new_tokens=8))
     store.open(types.TextDocumentItem(uri="file:///a.py", language_id="python", version=1,
                                       text="def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    "))
-    loading = worker.load(Settings().engine_config())
+    loading = worker.load(STARTER.engine_config())
     assert await service.complete("inlineCompletion", "file:///a.py", types.Position(line=4, character=4)) is None
     assert "models loading" in sent[-1].message
     release.set()
@@ -49,7 +51,7 @@ async def test_an_opened_document_is_tokenised_ahead_and_its_first_request_start
     store = DocumentStore()
     worker = ModelWorker()
     service = CompletionService(store, worker, Tracer(), lambda: Settings(max_new_tokens=4))
-    assert worker.load(Settings().engine_config()).result(timeout=120) == READY
+    assert worker.load(STARTER.engine_config()).result(timeout=120) == READY
     text = Path(json.decoder.__file__).read_text()
     uri = "file:///big.py"
     store.open(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
@@ -65,7 +67,7 @@ async def test_an_opened_document_is_tokenised_ahead_and_its_first_request_start
 
 async def test_failed_load_answers_empty_and_keeps_the_error():
     worker = ModelWorker(lambda config, on_stage: (_ for _ in ()).throw(FileNotFoundError("no weights here")))
-    assert worker.load(Settings().engine_config()).result(timeout=10) == ERROR
+    assert worker.load(STARTER.engine_config()).result(timeout=10) == ERROR
     assert "no weights here" in worker.error
     store = DocumentStore()
     store.open(types.TextDocumentItem(uri="file:///a.py", language_id="python", version=1, text="x"))
@@ -114,7 +116,7 @@ async def test_l1_l5_ranges_in_the_negotiated_encoding(monkeypatch, encoding):
 
     monkeypatch.setattr(service_module, "complete", fake_complete)
     worker = ModelWorker(lambda config, on_stage: object())  # never used: complete() is replaced
-    assert worker.load(Settings().engine_config()).result(timeout=10) == READY
+    assert worker.load(STARTER.engine_config()).result(timeout=10) == READY
     store = DocumentStore()
     service = CompletionService(store, worker, Tracer(), Settings)
     service.position_encoding = encoding

@@ -51,9 +51,12 @@ async def load_models(ls) -> None:
     state = await asyncio.wrap_future(ls.worker.load(config, on_stage))
     if state == READY:
         engine = ls.worker.engine
-        message = (f"models ready: target={config.model} on {engine.target.model.device} "
-                   f"({engine.target.model.dtype}), draft={config.draft_model}")
-        ls.status.model_state("ready", message, config.model, config.draft_model, str(engine.target.model.device))
+        draft = engine.draft.name if engine.draft is not None else "none"
+        message = (f"models ready: target={engine.target.name} on {engine.target.model.device} "
+                   f"({engine.target.model.dtype}), draft={draft}")
+        ls.status.model_state("ready", message, engine.target.name, draft, str(engine.target.model.device))
+        if engine.notice:
+            _warn(ls, [engine.notice])
     else:
         message = f"model loading failed: {ls.worker.error}"
         ls.status.model_state("error", message)

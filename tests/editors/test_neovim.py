@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import STARTER_OPTIONS
+
 from tests.editors.conftest import require_program
 
 pynvim = pytest.importorskip("pynvim")
@@ -74,7 +76,7 @@ def setup_plugin(nvim, tmp_path: Path, **settings) -> Path:
     nvim.exec_lua(
         "require('speclsp').setup({ cmd = ..., debounce_ms = 20, settings = ... })",
         [sys.executable, "-m", "lsp_server.cli", "serve"],
-        {"drafter": "auto", "maxNewTokens": 16, **settings},
+        {"drafter": "auto", "maxNewTokens": 16, **STARTER_OPTIONS, **settings},
     )
     nvim.command(f"edit {path}")
     wait_for(nvim, "(require('speclsp').server_status() or {}).state == 'ready'")

