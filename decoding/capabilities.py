@@ -1,6 +1,7 @@
 """What a loaded model can do, recorded once at load time from its tokenizer and its directory.
 
-The prompt builder and the stop rules read these instead of guessing from a model's name:
+The completer reads these (whether to use the repository prompt, which ids end a completion) instead
+of guessing from a model's name; the prompt builder finds the FIM ids in the same tokenizer:
 
 * FIM: the tokenizer has ``<|fim_prefix|>``, ``<|fim_suffix|>`` and ``<|fim_middle|>`` as added tokens
   (Qwen2.5-Coder's names; Bavarian et al. 2022);
@@ -72,7 +73,7 @@ def read_capabilities(tokenizer, eos_ids: Iterable[int] = (), model_dir: str | N
     added = tokenizer.get_added_vocab()
     declared = _declared(model_dir)
     fim = None
-    if all(t in added for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)) and declared.get("fim", True):
+    if all(t in added for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)):
         fim = FimTokens(added[FIM_PREFIX], added[FIM_SUFFIX], added[FIM_MIDDLE])
     repo_tokens = (added[REPO_NAME], added[FILE_SEP]) if REPO_NAME in added and FILE_SEP in added else None
     repo_prompt = fim is not None and repo_tokens is not None and bool(declared.get("repo_prompt", True))

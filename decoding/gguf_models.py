@@ -10,7 +10,7 @@ Cache layout (root: ``$SPECLSP_CACHE_DIR``, else ``$XDG_CACHE_HOME/speclsp``, el
 
     models/qwen2.5-coder-1.5b-<sha256[:12]>/   a pack, keyed by its pinned hash
     models/gguf-<sha256[:16]>/                 any other GGUF file, keyed by its content's hash
-    models/gguf-hashes.json                    path -> (size, mtime, sha256), so a file is hashed once
+    models/gguf-hashes.json                    path -> (size, mtime, ctime, inode, sha256): a file is hashed once
 
 A directory is built under a temporary name and renamed into place when complete (its last file is
 ``speclsp-model.json``), under a file lock, so a crash or a second process never sees half a model.
@@ -59,10 +59,14 @@ def pack_dir(pack: ModelPack) -> Path:
 
 
 def is_converted(directory: Path, sha256: str) -> bool:
-    """Whether ``directory`` holds a complete conversion of the GGUF file with this hash."""
+    """Whether ``directory`` holds a complete conversion of the GGUF file with this hash: its record
+    names the hash, and every file the record lists has the recorded size."""
     try:
-        return json.loads((directory / MARKER).read_text())["source_sha256"] == sha256
-    except (OSError, ValueError, KeyError, TypeError):
+        record = json.loads((directory / MARKER).read_text())
+        if record["source_sha256"] != sha256:
+            return False
+        return all((directory / name).stat().st_size == size for name, size in record["files"].items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
 
 
@@ -120,7 +124,7 @@ def convert_gguf(gguf: Path, out: Path) -> None:
         del config.quantization_config  # the weights are plain bfloat16 now
     config.save_pretrained(out)
     model.generation_config.save_pretrained(out)
-    save_model(model, str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_model(model, str(out / "model.safetensors"), metadata={"format": "pt"})  # OSError: see _build
     tokenizer.save_pretrained(out)
     del model
     saved = load_tokenizer(str(out), local_only=True)
@@ -133,33 +137,65 @@ def convert_gguf(gguf: Path, out: Path) -> None:
         raise ModelLoadError(f"converting {gguf} gave a tokenizer that tokenizes text differently; refusing it")
 
 
+def _sync_tree(directory: Path) -> dict[str, int]:
+    """fsync every file in ``directory`` and the directory itself; returns ``{name: bytes}``."""
+    sizes = {}
+    for path in sorted(directory.iterdir()):
+        with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
+        sizes[path.name] = path.stat().st_size
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    return sizes
+
+
 def _build(final: Path, sha256: str, source: dict, make_gguf: Callable[[Path], Path], label: str,
            on_stage: Stage | None) -> Path:
-    """Build ``final`` once (under a lock, in a temporary sibling renamed into place)."""
+    """Build ``final`` once: under a lock, in a temporary sibling whose files are synced to disk and
+    listed with their sizes in the record, which is written last; then renamed into place.
+
+    Raises:
+        ModelLoadError: any step failed (the cache holds no trace of the attempt afterwards).
+    """
     from filelock import FileLock
 
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(final) + ".lock"):
-        if is_converted(final, sha256):
-            return final
-        if final.exists():
-            shutil.rmtree(final)  # an incomplete directory from an older layout or a manual copy
-        work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-        try:
+    work = None
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(final) + ".lock"):
+            if is_converted(final, sha256):
+                return final
+            for stale in final.parent.glob(f".{final.name}-*"):  # left by a killed conversion
+                shutil.rmtree(stale, ignore_errors=True)
+            if final.exists():
+                shutil.rmtree(final)  # no valid record: never trusted
+            work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
             started = time.perf_counter()
             gguf = make_gguf(work)
             _stage(on_stage, f"converting {label} to a bfloat16 model directory (once; later loads take seconds)")
             out = work / "model"
             out.mkdir()
             convert_gguf(gguf, out)
-            record = {**source, "source_sha256": sha256, "dtype": "bfloat16",
+            record = {**source, "source_sha256": sha256, "dtype": "bfloat16", "files": _sync_tree(out),
                       "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       "conversion_s": round(time.perf_counter() - started, 1)}
             (out / MARKER).write_text(json.dumps(record, indent=2) + "\n")
+            _sync_tree(out)
             out.rename(final)
-        finally:
+    except OSError as exc:  # an unwritable cache, or a full disk: the 1.5B needs about 4.3 GB while converting
+        raise ModelLoadError(f"cannot convert {label} into {final.parent}: {exc.strerror or exc}; free some "
+                             "space or set SPECLSP_CACHE_DIR to a writable directory on another disk") from exc
+    except RuntimeError as exc:  # e.g. safetensors or torch failing to write (ModelLoadError passes through)
+        if isinstance(exc, ModelLoadError):
+            raise
+        raise ModelLoadError(f"converting {label} failed: {exc}") from exc
+    finally:
+        if work is not None:
             shutil.rmtree(work, ignore_errors=True)
-        _stage(on_stage, f"{label} converted into {final}")
+    _stage(on_stage, f"{label} converted into {final}")
     return final
 
 
@@ -190,18 +226,18 @@ def pack_model_dir(pack: ModelPack, on_stage: Stage | None = None) -> Path:
 
 
 def gguf_sha256(path: Path, on_stage: Stage | None = None) -> str:
-    """SHA-256 of a GGUF file, remembered by (path, size, mtime) in the cache so a file is read once."""
+    """SHA-256 of a GGUF file, remembered by (path, size, mtime, ctime, inode) in the cache so a file is read once."""
     path = path.resolve()
     stat = path.stat()
-    signature = [stat.st_size, stat.st_mtime_ns]
+    signature = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
     memo_path = models_dir() / _HASHES
     try:
         memo = json.loads(memo_path.read_text())
     except (OSError, ValueError):
         memo = {}
     entry = memo.get(str(path)) if isinstance(memo, dict) else None
-    if isinstance(entry, list) and entry[:2] == signature:
-        return entry[2]
+    if isinstance(entry, list) and entry[:-1] == signature:
+        return entry[-1]
     progress = _Progress(f"hashing {path.name}", on_stage)
     try:
         digest = file_sha256(path, progress)
@@ -209,10 +245,13 @@ def gguf_sha256(path: Path, on_stage: Stage | None = None) -> str:
         progress.close()
     memo = memo if isinstance(memo, dict) else {}
     memo[str(path)] = signature + [digest]
-    memo_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = memo_path.with_name(f".{_HASHES}.{os.getpid()}")
-    tmp.write_text(json.dumps(memo, indent=1))
-    os.replace(tmp, memo_path)
+    try:
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo_path.with_name(f".{_HASHES}.{os.getpid()}")
+        tmp.write_text(json.dumps(memo, indent=1))
+        os.replace(tmp, memo_path)
+    except OSError as exc:  # only a saving: the file is hashed again next time
+        log.warning("cannot remember the hash of %s in %s: %s", path, memo_path, exc)
     return digest
 
 

@@ -6,8 +6,8 @@ from a cold cache, as ``speclsp complete --cut-lines`` does. Reported per drafte
 per target pass, acceptance rate, tokens/s over decoding (draft + verify) and over the whole generation
 (prefill included), wall-clock latency of the whole completion (p50/p95), whether every output equals
 plain greedy decoding (``none``, run first; without it, the first drafter listed), and the quality of
-what would be inserted: the share of non-empty completions, the share after whose insertion the file
-still parses (Python's ``ast``), and the share whose first line equals the removed text's first line.
+what would be inserted: the share of non-empty completions, the share that are non-empty and after whose
+insertion the file still parses (Python's ``ast``), and the share whose first line equals the removed text's first line.
 
 Corpora (``--corpus``): ``stdlib`` (the held-out packages of the standard library, which real models
 have seen in training), ``2026`` (files first written in 2026, by their copyright line, of the installed
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
                 "accepted": stats.accepted, "decode_ms": decode_ms, "total_ms": stats.ms["total"],
                 "latency_ms": latency_ms, "identical": generation.token_ids == reference,
                 "non_empty": bool(inserted.strip()),
-                "parses": parses(holed.text[:offset] + inserted + holed.text[offset:]),
+                "parses": bool(inserted.strip()) and parses(holed.text[:offset] + inserted + holed.text[offset:]),
                 "first_line_exact": bool(inserted.strip()) and first_line(inserted) == first_line(removed),
             })
         print(f"cut {index + 1}/{args.cuts}: {document.uri.rsplit('/', 2)[-2:]} line {position.line + 1}",

@@ -92,3 +92,15 @@ def test_missing_model_is_a_clear_error(tmp_path):
     result = speclsp("complete", body_location(), "--model", str(tmp_path / "no-such-model"))
     assert result.returncode == 2
     assert "does not exist" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_without_model_packs_the_defaults_fall_back_to_the_starter_and_say_how_to_install():
+    from decoding.model_packs import INSTALL_COMMAND
+
+    hidden = ("import sys, decoding.model_names as names; names.pack_available = lambda name: False; "
+              "from lsp_server.cli import main; raise SystemExit(main(sys.argv[1:]))")
+    result = subprocess.run([sys.executable, "-c", hidden, "complete", body_location(), "--cut-lines", "2",
+                             "--max-new-tokens", "4"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "loading target model starter" in result.stderr and "loading draft model starter-draft" in result.stderr
+    assert "note: the real code models" in result.stderr and INSTALL_COMMAND in result.stderr

@@ -66,7 +66,7 @@ def test_draft_with_other_vocabulary_is_refused_naming_both(tmp_path):
         check_draft_compatible(target, draft)
     assert "odd-draft" in str(error.value) and "starter" in str(error.value)
     with pytest.raises(ModelLoadError, match="vocabulary"):
-        Engine.load(EngineConfig(draft_model=path, device="cpu"))
+        Engine.load(EngineConfig(model="starter", draft_model=path, device="cpu"))
 
 
 def test_same_tokenizer_with_padded_embedding_is_accepted(tmp_path):
@@ -74,7 +74,7 @@ def test_same_tokenizer_with_padded_embedding_is_accepted(tmp_path):
     path = save_tiny(tmp_path / "padded-draft", target.tokenizer, len(target.tokenizer) + 64)
     draft = load_model(path, device="cpu")
     check_draft_compatible(target, draft)  # the Qwen2.5-Coder 0.5B/7B situation
-    engine = Engine(EngineConfig(device="cpu"), target, draft)
+    engine = Engine(EngineConfig(model="starter", draft_model=path, device="cpu"), target, draft)
     assert engine.model_drafter.target_vocab_size == target.vocab_size
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -119,8 +120,22 @@ def test_conversion_is_cached_atomic_and_keyed_by_the_hash(site, tmp_path, monke
     assert json.loads((first / MARKER).read_text())["packages"] == pack.requirements()
     assert any("assembling fake-coder" in s and "100%" in s for s in stages)
     assert pack_model_dir(pack) == first and len(calls) == 1, "a converted pack is not converted again"
+    assert json.loads((first / MARKER).read_text())["files"] == {"config.json": 2}
+    (first / "config.json").write_text("{")  # a file cut short (e.g. a crash before it reached the disk)
+    assert not is_converted(first, pack.sha256)
+    (pack_dir(pack).parent / f".{pack_dir(pack).name}-killed").mkdir()  # left by a killed conversion
+    assert pack_model_dir(pack) == first and len(calls) == 2 and is_converted(first, pack.sha256)
+    assert not list(first.parent.glob(".*-killed")), "a killed conversion's leftovers are removed"
     (first / MARKER).unlink()  # e.g. a copy interrupted by hand: converted again, not trusted
-    assert pack_model_dir(pack) == first and len(calls) == 2
+    assert pack_model_dir(pack) == first and len(calls) == 3
+
+
+def test_an_unwritable_cache_is_a_clear_error(site, tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    install_fake_parts(site, PARTS)
+    with pytest.raises(ModelLoadError, match="SPECLSP_CACHE_DIR"):
+        pack_model_dir(fake_pack(PARTS))
 
 
 def test_gguf_files_are_converted_once_by_content(tmp_path, monkeypatch):
@@ -133,6 +148,8 @@ def test_gguf_files_are_converted_once_by_content(tmp_path, monkeypatch):
     first, _ = model_location(str(one))
     assert model_location(str(two))[0] == first and converted == [b"GGUF one"], "same content, one conversion"
     one.write_bytes(b"GGUF two")
+    later = one.stat().st_mtime_ns + 2_000_000_000
+    os.utime(one, ns=(later, later))  # as a replacement made later would be (timestamps can be coarse)
     assert model_location(str(one))[0] != first and len(converted) == 2
     with pytest.raises(ModelLoadError, match="does not exist"):
         model_location(str(tmp_path / "missing.gguf"))

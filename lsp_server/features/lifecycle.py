@@ -14,6 +14,7 @@ import asyncio
 
 from lsprotocol import types
 
+from decoding.model_names import resolve_pair
 from lsp_server.indexing import rebuild_index, stop_index
 from lsp_server.progress import begin_progress
 from lsp_server.settings import parse_settings
@@ -35,7 +36,8 @@ async def load_models(ls) -> None:
     """Load the configured models on the worker, reporting progress to the client when it can."""
     loop = asyncio.get_running_loop()
     config = ls.settings.engine_config()
-    token = await begin_progress(ls, "load", "speclsp: loading models", config.model)
+    pair = resolve_pair(config.model, config.draft_model)  # reads package metadata only; for the messages
+    token = await begin_progress(ls, "load", "speclsp: loading models", pair.target)
 
     def report(stage: str) -> None:  # on the event loop
         ls.tracer.message(f"[speclsp] {stage}")
@@ -45,9 +47,9 @@ async def load_models(ls) -> None:
     def on_stage(stage: str) -> None:  # on the worker thread
         loop.call_soon_threadsafe(report, stage)
 
-    ls.tracer.message(f"[speclsp] loading models: target={config.model} draft={config.draft_model} "
+    ls.tracer.message(f"[speclsp] loading models: target={pair.target} draft={pair.draft} "
                       f"device={config.device} dtype={config.dtype}")
-    ls.status.model_state("loading", f"loading {config.model}", config.model, config.draft_model, config.device)
+    ls.status.model_state("loading", f"loading {pair.target}", pair.target, pair.draft, config.device)
     state = await asyncio.wrap_future(ls.worker.load(config, on_stage))
     if state == READY:
         engine = ls.worker.engine
