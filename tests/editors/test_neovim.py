@@ -73,13 +73,16 @@ def nvim(tmp_path):
 def setup_plugin(nvim, tmp_path: Path, **settings) -> Path:
     path = tmp_path / "greeter.py"
     path.write_text(SOURCE, encoding="utf-8")
-    nvim.exec_lua(
-        "require('speclsp').setup({ cmd = ..., debounce_ms = 20, settings = ... })",
+    nvim.exec_lua(  # `...` inside a table constructor would give every field the first argument
+        "local cmd, settings = ...; require('speclsp').setup({ cmd = cmd, debounce_ms = 20, settings = settings })",
         [sys.executable, "-m", "lsp_server.cli", "serve"],
         {"drafter": "auto", "maxNewTokens": 16, **STARTER_OPTIONS, **settings},
     )
     nvim.command(f"edit {path}")
     wait_for(nvim, "(require('speclsp').server_status() or {}).state == 'ready'")
+    log = nvim.exec_lua("return require('speclsp').log_lines()")
+    assert any("target=starter " in line for line in log), log[:8]
+    assert not any("setting" in line and ("invalid" in line or "must be" in line) for line in log), log[:8]
     return path
 
 
