@@ -63,8 +63,9 @@ class Engine:
         self.policy = DraftLengthPolicy()  # each generation caps k with GenerationConfig.max_draft_tokens
         self._caches: OrderedDict[object, tuple[KVCacheState, KVCacheState | None]] = OrderedDict()
         self.sources = NgramStore(config.ngram)  # extra draft sources, kept between generations
-        #: Ids that end a completion (see decoding.capabilities): a special token never belongs in inserted code.
-        self.completion_stop_ids = target.capabilities.stop_ids | self.generator.default_stop_ids
+        #: Ids that end a completion (see decoding.capabilities; they include the end-of-sequence ids):
+        #: a special token never belongs in inserted code.
+        self.completion_stop_ids = target.capabilities.stop_ids
 
     @classmethod
     def load(cls, config: EngineConfig, on_stage: Callable[[str], None] | None = None) -> Engine:

@@ -28,12 +28,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from decoding.capabilities import MODEL_RECORD
 from decoding.errors import ModelLoadError
 from decoding.model_packs import ModelPack, assemble, file_sha256
 
 log = logging.getLogger(__name__)
 
-MARKER = "speclsp-model.json"  # written last: a directory without it is incomplete
+MARKER = MODEL_RECORD  # written last: a directory without it is incomplete
 _HASHES = "gguf-hashes.json"
 #: Special tokens that must stay one id each after conversion (the GGUF tokenizer path has split added tokens).
 _PROBE = "<|fim_prefix|>def f(x):\n    <|fim_suffix|>\n<|fim_middle|>return x  # é😀\n<|file_sep|><|im_end|>"
@@ -137,18 +138,22 @@ def convert_gguf(gguf: Path, out: Path) -> None:
         raise ModelLoadError(f"converting {gguf} gave a tokenizer that tokenizes text differently; refusing it")
 
 
-def _sync_tree(directory: Path) -> dict[str, int]:
-    """fsync every file in ``directory`` and the directory itself; returns ``{name: bytes}``."""
-    sizes = {}
-    for path in sorted(directory.iterdir()):
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
-        sizes[path.name] = path.stat().st_size
-    descriptor = os.open(directory, os.O_RDONLY)
+def _fsync(path: Path) -> None:
+    """Flush a file's or a directory's data to disk."""
+    descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _sync_tree(directory: Path) -> dict[str, int]:
+    """fsync every file in ``directory`` and the directory itself; returns ``{name: bytes}``."""
+    sizes = {}
+    for path in sorted(directory.iterdir()):
+        _fsync(path)
+        sizes[path.name] = path.stat().st_size
+    _fsync(directory)
     return sizes
 
 
@@ -183,7 +188,8 @@ def _build(final: Path, sha256: str, source: dict, make_gguf: Callable[[Path], P
                       "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       "conversion_s": round(time.perf_counter() - started, 1)}
             (out / MARKER).write_text(json.dumps(record, indent=2) + "\n")
-            _sync_tree(out)
+            _fsync(out / MARKER)
+            _fsync(out)
             out.rename(final)
     except OSError as exc:  # an unwritable cache, or a full disk: the 1.5B needs about 4.3 GB while converting
         raise ModelLoadError(f"cannot convert {label} into {final.parent}: {exc.strerror or exc}; free some "

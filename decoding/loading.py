@@ -20,13 +20,9 @@ from decoding.capabilities import ModelCapabilities, read_capabilities
 from decoding.errors import ModelLoadError
 from decoding.generate import end_of_sequence_ids
 from decoding.gguf_models import Stage
-from decoding.model_names import NO_DRAFT, STARTER_DRAFT, STARTER_TARGET, model_location
+from decoding.model_names import model_location
 
 log = logging.getLogger(__name__)
-
-__all__ = ["NO_DRAFT", "STARTER_DRAFT", "STARTER_TARGET", "LoadedModel", "ModelLoadError", "check_draft_compatible",
-           "load_model", "load_tokenizer", "model_location"]
-
 
 @dataclass
 class LoadedModel:

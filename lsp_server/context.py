@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pygls.workspace.position_codec import PositionCodec
 from lsprotocol import types
 
+from decoding.capabilities import FILE_SEP, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, REPO_NAME
 from lsp_server.documents import Document
 from lsp_server.positions import line_ending
 from lsp_server.prompt_tokens import PromptEncoder, document_key
@@ -30,8 +31,6 @@ from lsp_server.prompt_tokens import PromptEncoder, document_key
 # (text, where it starts in the string it was cut from) -> (ids, character offsets)
 Encode = Callable[[str, int], tuple[list[int], list[tuple[int, int]]]]
 
-FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
-REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
 _MAX_CHARS_PER_TOKEN = 8  # pre-trim before tokenising; a longer token only means fewer tokens kept
 _ANCHOR_CHARS = 4096  # the pre-trim's start moves in steps of this many characters
 _ANCHOR_TOKENS = 128  # the prefix's first token moves in steps of this many tokens

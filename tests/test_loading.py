@@ -8,7 +8,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from decoding.engine import Engine, EngineConfig
-from decoding.loading import ModelLoadError, check_draft_compatible, load_model, model_location
+from decoding.errors import ModelLoadError
+from decoding.loading import check_draft_compatible, load_model
+from decoding.model_names import model_location
 from decoding.starter import TARGET_DIR
 from tests.conftest import tiny_model
 

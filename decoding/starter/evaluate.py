@@ -366,7 +366,7 @@ def evaluate_pair(target, draft, tokenizer, cfg: EvalConfig, held_out: tuple[str
 
 def add_parser(commands) -> None:
     """Register ``speclsp eval models`` on an argparse subparsers object."""
-    from decoding.loading import STARTER_DRAFT, STARTER_TARGET
+    from decoding.model_names import STARTER_DRAFT, STARTER_TARGET
 
     evaluate = commands.add_parser("eval", help="measure model quality on held-out code")
     kinds = evaluate.add_subparsers(dest="eval_kind", required=True)
