@@ -14,9 +14,11 @@ State kept between calls, because completions for one document arrive keystroke 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from decoding.adaptive import DraftLengthPolicy
 from decoding.drafters.adaptive import AdaptiveDrafter
@@ -31,7 +33,19 @@ from decoding.model_names import AUTO, NO_DRAFT, resolve_pair
 
 log = logging.getLogger(__name__)
 
-DRAFTER_MODES = ("auto", "ngram", "tree", "model", "none")
+
+
+class DrafterMode(StrEnum):
+    """Where drafts come from (see :meth:`Engine.drafter`)."""
+
+    AUTO = "auto"  # n-gram lookup, then the draft model, by expected gain
+    NGRAM = "ngram"
+    TREE = "tree"  # several n-gram candidates verified in one pass
+    MODEL = "model"
+    NONE = "none"  # plain decoding through the same loop: the reference
+
+
+DRAFTER_MODES = tuple(DrafterMode)
 TREE_CANDIDATES = 4  # distinct n-gram continuations verified together in "tree" mode
 PROMPT_CACHES = 4  # documents whose KV caches are kept between requests
 
@@ -66,6 +80,7 @@ class Engine:
         #: Ids that end a completion (see decoding.capabilities; they include the end-of-sequence ids):
         #: a special token never belongs in inserted code.
         self.completion_stop_ids = target.capabilities.stop_ids
+        self._thread = threading.get_ident()  # the only thread that may use the engine (see claim_thread)
 
     @classmethod
     def load(cls, config: EngineConfig, on_stage: Callable[[str], None] | None = None) -> Engine:
@@ -89,27 +104,53 @@ class Engine:
             check_draft_compatible(target, draft)
         return cls(config, target, draft, pair.notice)
 
-    def sync_sources(self, wanted: dict[str, tuple[object, str | Callable[[], list[int]]]],
-                     retain: set[str] = frozenset(), drop: set[str] = frozenset(),
-                     searched: set[str] = frozenset()) -> None:
+    def claim_thread(self) -> None:
+        """Make the calling thread the only one allowed to use this engine (the server's model thread
+        calls this once it holds the engine; by default the thread that built it)."""
+        self._thread = threading.get_ident()
+
+    def _check_thread(self) -> None:
+        if threading.get_ident() != self._thread:
+            raise RuntimeError(f"the engine is used from thread {threading.current_thread().name!r}; only the "
+                               "thread that owns it (the model thread) may use it: submit the work there")
+
+    def sync_sources(self, wanted: dict[Hashable, tuple[object, str | Callable[[], list[int]]]],
+                     retain: set[Hashable] = frozenset(), drop: set[Hashable] = frozenset(),
+                     searched: set[Hashable] = frozenset()) -> None:
         """Make the n-gram store hold ``wanted`` (``{name: (version, content)}``, content being text or a
         function returning its token ids); a source is tokenised and indexed only when new or at a new
         version. Sources not named are dropped, except those in ``retain`` (files whose changes arrive
         through :meth:`forget_source`), which stay within a token budget unless named in ``drop``; those
-        in ``searched`` are searched instead of indexed. See :meth:`NgramStore.sync`."""
+        in ``searched`` are searched instead of indexed. See :meth:`NgramStore.sync`.
+
+        Raises:
+            RuntimeError: called from a thread that does not own the engine (see :meth:`claim_thread`).
+        """
+        self._check_thread()
+
         def encode(content) -> list[int]:
             return content() if callable(content) else self.tokenizer.encode(content, add_special_tokens=False,
                                                                               verbose=False)
 
         self.sources.sync(wanted, encode, retain, drop, searched)
 
-    def forget_source(self, name: str) -> None:
-        """Drop a source (e.g. its buffer was closed): it never proposes its old text again.
-        Sources named ``name#part`` (parts of that document) go with it, and so do the KV caches kept
-        under the cache key ``name``."""
-        self._caches.pop(name, None)
-        for key in [k for k in self.sources.names() if k == name or k.startswith(name + "#")]:
-            self.sources.remove(key)
+    def forget_source(self, name: Hashable) -> None:
+        """Drop source ``name`` (e.g. its buffer was closed): it never proposes its old text again.
+
+        Raises:
+            RuntimeError: as :meth:`sync_sources`.
+        """
+        self._check_thread()
+        self.sources.remove(name)
+
+    def forget_cache(self, key: Hashable) -> None:
+        """Drop the KV caches kept under the cache key ``key`` (see :meth:`generate`).
+
+        Raises:
+            RuntimeError: as :meth:`sync_sources`.
+        """
+        self._check_thread()
+        self._caches.pop(key, None)
 
     def drafter(self, mode: str, sources: NgramStore | dict[str, list[int]] | None = None) -> Drafter | None:
         """The drafter for ``mode``: ``auto`` (n-gram, then the draft model), ``ngram``, ``tree`` (n-gram
@@ -139,6 +180,7 @@ class Engine:
 
     def reset_caches(self) -> None:
         """Forget the cached prompts of the target and the draft model (the next prompt is prefilled cold)."""
+        self._check_thread()
         self._caches.clear()
         self.generator.state.rollback(0)
         if self.model_drafter is not None:
@@ -171,7 +213,10 @@ class Engine:
 
         Args:
             cache_key: whose KV caches to use (e.g. a document URI); ``None``: the ones used last.
+        Raises:
+            RuntimeError: as :meth:`sync_sources`.
         """
+        self._check_thread()
         if cache_key is not None:
             self._use_cache(cache_key)
         return self.generator.generate(prompt_ids, self.drafter(mode, sources), config, should_stop)

@@ -32,7 +32,7 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 from decoding.starter.data import DEFAULT_HELD_OUT, read_texts, stdlib_files
-from lsp_server.postprocess import decide_mode
+from lsp_server.completion_mode import decide_mode, suppresses_automatic
 
 
 def pick_functions(count: int, seed: int) -> list[tuple[str, str, int, int]]:
@@ -114,11 +114,13 @@ class Typist:
                 pause = True  # a suggestion is on screen and still right: the editor asks again
             if not pause or not next_char:
                 continue
-            mode = decide_mode(typed, text[end:].split("\n", 1)[0], "python", automatic=True)
+            line_suffix = text[end:].split("\n", 1)[0]
+            mode = decide_mode(typed, line_suffix, "python")
+            suppressed = suppresses_automatic(typed[typed.rfind("\n") + 1:], line_suffix)
             future, sent = self._ask(uri, line, character)
             budget = self.rng.uniform(0.3, 0.7)
             done, _ = await asyncio.wait({future}, timeout=budget)
-            sample = {"single_line": not mode.multi_line, "suppressed": mode.suppress}
+            sample = {"single_line": not mode.multi_line, "suppressed": suppressed}
             if done:
                 sample["latency_ms"] = 1000 * (time.perf_counter() - sent)
                 result = future.result()

@@ -82,13 +82,15 @@ def cut_hole(document: Document, position: types.Position, codec, num_lines: int
     lines = document.lines
     start = lines.offset_at(position, codec)
     last_line = min(position.line + num_lines - 1, len(lines.starts) - 1)
-    end = lines.offset_at(types.Position(line=last_line, character=2**31 - 1), codec)
+    end = lines.line_end(last_line)
     text = document.text[:start] + document.text[end:]
     return Document(document.uri, text, document.version + 1, document.language_id), document.text[start:end]
 
 
 def run_complete(args: argparse.Namespace) -> int:
     from lsp_server.completer import complete
+    from lsp_server.draft_sources import DraftSources
+    from lsp_server.request import resolve_request
 
     path, line, column = parse_location(args.location)
     text = read_source(path)
@@ -113,10 +115,12 @@ def run_complete(args: argparse.Namespace) -> int:
     engine = Engine.load(settings.engine_config(), lambda stage: logging.getLogger("speclsp").info("%s", stage))
     if engine.notice:
         print(f"speclsp: note: {engine.notice}", file=sys.stderr)
+    request = resolve_request(document, position, codec, settings)
+    sources = DraftSources()
     results = []
     for i in range(args.num_samples):
         seed = None if args.seed is None else args.seed + i
-        completion = complete(engine, document, position, codec, settings, seed=seed)
+        completion = complete(engine, request, sources=sources, seed=seed)
         results.append(completion)
         print(f"[speclsp] sample {i}: {completion.generation.stats.summary()} "
               f"finish={completion.generation.finish_reason}", file=sys.stderr)

@@ -2,10 +2,12 @@
 
 The prompt is PSM order with Qwen2.5-Coder's special tokens (Bavarian et al. 2022, section 3;
 Qwen2.5-Coder technical report, section 3): ``<|fim_prefix|>`` prefix ``<|fim_suffix|>`` suffix
-``<|fim_middle|>``; the model writes the middle. A tokenizer without these tokens gets a plain
-left-to-right prompt (the prefix alone).
+``<|fim_middle|>``; the model writes the middle. A model without these tokens gets a plain
+left-to-right prompt (the prefix alone). The token ids and what a model knows are recorded at load
+time (:mod:`decoding.capabilities`, the one home of the special tokens); this module is the one home
+of the prompt's format.
 
-With snippets of other files and a tokenizer that has ``<|repo_name|>`` and ``<|file_sep|>``, the
+With snippets of other files and a model that knows ``<|repo_name|>`` and ``<|file_sep|>``, the
 prompt is Qwen2.5-Coder's repository-level format: ``<|repo_name|>`` name, then per file
 ``<|file_sep|>`` path, newline, text; then ``<|file_sep|>`` and the current file's path before the
 FIM part. Snippets fill at most ``extra_tokens`` tokens, best first.
@@ -20,13 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pygls.workspace.position_codec import PositionCodec
-from lsprotocol import types
-
-from decoding.capabilities import FILE_SEP, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, REPO_NAME
-from lsp_server.documents import Document
+from decoding.capabilities import ModelCapabilities, read_capabilities
 from lsp_server.positions import line_ending
-from lsp_server.prompt_tokens import PromptEncoder, document_key
+from lsp_server.prompt_tokens import PromptEncoder, SourceKey
+from lsp_server.request import CompletionRequest
 
 # (text, where it starts in the string it was cut from) -> (ids, character offsets)
 Encode = Callable[[str, int], tuple[list[int], list[tuple[int, int]]]]
@@ -35,19 +34,6 @@ _MAX_CHARS_PER_TOKEN = 8  # pre-trim before tokenising; a longer token only mean
 _ANCHOR_CHARS = 4096  # the pre-trim's start moves in steps of this many characters
 _ANCHOR_TOKENS = 128  # the prefix's first token moves in steps of this many tokens
 _LINE_SEARCH_TOKENS = 64  # how far the cut looks for a token that starts exactly at a line start
-
-
-@dataclass(frozen=True)
-class ContextBudget:
-    """Token budgets of the prompt's parts."""
-
-    prefix_tokens: int = 1024
-    suffix_tokens: int = 256
-    extra_tokens: int = 512  # snippets of other files
-
-    def __post_init__(self) -> None:
-        if self.prefix_tokens < 1 or self.suffix_tokens < 0 or self.extra_tokens < 0:
-            raise ValueError("prefix_tokens must be >= 1, suffix_tokens and extra_tokens >= 0")
 
 
 @dataclass(frozen=True)
@@ -119,67 +105,59 @@ def _keep_head(encode: Encode, text: str, budget: int) -> tuple[str, list[int]]:
     return text[: offsets[last - 1][1]], ids[:last]
 
 
-def knows_repo_format(tokenizer) -> bool:
-    """Whether the tokenizer has the repository-level tokens (``<|repo_name|>``, ``<|file_sep|>``)."""
-    special = tokenizer.get_added_vocab()
-    return REPO_NAME in special and FILE_SEP in special
-
-
-def _repo_header(tokenizer, repo: tuple[str, str], snippets, budget: int) -> tuple[list[int], tuple[str, ...]]:
-    special = tokenizer.get_added_vocab()
+def _repo_header(tokenizer, repo_tokens: tuple[int, int], repo: tuple[str, str], snippets,
+                 budget: int) -> tuple[list[int], tuple[str, ...]]:
+    repo_name_id, file_sep_id = repo_tokens
     repo_name, current_label = repo
-    ids = [special[REPO_NAME], *tokenizer.encode(repo_name + "\n", add_special_tokens=False)]
+    ids = [repo_name_id, *tokenizer.encode(repo_name + "\n", add_special_tokens=False)]
     used, labels = 0, []
     for snippet in snippets:
         encoded = tokenizer.encode(f"{snippet.label}\n{snippet.text}\n", add_special_tokens=False)
         if used + len(encoded) + 1 > budget:
             continue
-        ids += [special[FILE_SEP], *encoded]
+        ids += [file_sep_id, *encoded]
         used += len(encoded) + 1
         labels.append(snippet.label)
-    ids += [special[FILE_SEP], *tokenizer.encode(current_label + "\n", add_special_tokens=False)]
+    ids += [file_sep_id, *tokenizer.encode(current_label + "\n", add_special_tokens=False)]
     return ids, tuple(labels)
 
 
 def build_context(
-    document: Document, position: types.Position, codec: PositionCodec, tokenizer, budget: ContextBudget,
-    snippets=(), repo: tuple[str, str] | None = None, encoder: PromptEncoder | None = None,
+    request: CompletionRequest, tokenizer, snippets=(), repo: tuple[str, str] | None = None,
+    encoder: PromptEncoder | None = None, capabilities: ModelCapabilities | None = None,
 ) -> CompletionContext:
-    """The FIM prompt for a cursor position.
+    """The FIM prompt for a request's cursor, within the token budgets of the request's settings
+    (``prefix_tokens``, ``suffix_tokens``, ``extra_tokens``).
 
     Args:
-        position: LSP position in the codec's units.
         tokenizer: a transformers tokenizer (fast, for offsets).
         snippets: :class:`lsp_server.repo_context.Snippet` objects, best first; used with ``repo``.
         repo: (repository name, current file's path label) to use the repository-level format; ``None``
-            (or a tokenizer without its tokens) gives the plain FIM prompt.
+            (or a model without it) gives the plain FIM prompt.
         encoder: keeps the previous request's tokens of this document's prefix and suffix, so only
             the changed part is tokenised again (see :mod:`lsp_server.prompt_tokens`); ``None``
             tokenises everything.
-    Raises:
-        lsp_server.positions.PositionError: the position is not in the document.
+        capabilities: the model's FIM and repository token ids (the loaded model's); ``None``: read
+            from ``tokenizer``.
     """
-    lines = document.lines
-    offset = lines.offset_at(position, codec)
-    line_end = lines.offset_at(types.Position(line=position.line, character=2**31 - 1), codec)
-    line_suffix = document.text[offset:line_end]
+    document, offset, budget = request.document, request.offset, request.settings
     full_prefix, full_suffix = document.model_split(offset)
     encoder = encoder if encoder is not None and encoder.tokenizer is tokenizer else PromptEncoder(tokenizer)
     # The document's own tokens, when the encoder was given them at its opening: the prefix is found
     # from the document's start, the suffix from its end (the user has typed since, at the cursor).
-    whole = document_key(document.uri)
-    prefix, prefix_ids = _keep_tail(lambda text, at: encoder.encode((document.uri, "prefix"), text, (whole, at)),
+    whole = SourceKey(document.uri)
+    prefix, prefix_ids = _keep_tail(lambda text, at: encoder.encode(SourceKey(document.uri, "prefix"), text, (whole, at)),
                                     full_prefix, budget.prefix_tokens)
-    special = tokenizer.get_added_vocab()  # FIM markers are added tokens (a small dict, unlike get_vocab)
-    fim = all(t in special for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
+    capabilities = capabilities if capabilities is not None else read_capabilities(tokenizer)
+    fim = capabilities.fim
     labels: tuple[str, ...] = ()
-    if fim:
+    if fim is not None:
         suffix, suffix_ids = _keep_head(
-            lambda text, at: encoder.encode((document.uri, "suffix"), text, (whole, at - len(full_suffix))),
+            lambda text, at: encoder.encode(SourceKey(document.uri, "suffix"), text, (whole, at - len(full_suffix))),
             full_suffix, budget.suffix_tokens)
-        prompt_ids = [special[FIM_PREFIX], *prefix_ids, special[FIM_SUFFIX], *suffix_ids, special[FIM_MIDDLE]]
-        if repo is not None and knows_repo_format(tokenizer):
-            header, labels = _repo_header(tokenizer, repo, snippets, budget.extra_tokens)
+        prompt_ids = [fim.prefix, *prefix_ids, fim.suffix, *suffix_ids, fim.middle]
+        if repo is not None and capabilities.repo_prompt:
+            header, labels = _repo_header(tokenizer, capabilities.repo_tokens, repo, snippets, budget.extra_tokens)
             prompt_ids = header + prompt_ids
     else:
         suffix, prompt_ids = "", prefix_ids or [tokenizer.eos_token_id or 0]
@@ -188,9 +166,9 @@ def build_context(
         prefix=prefix,
         suffix=suffix,
         cursor_offset=offset,
-        line_suffix=line_suffix,
+        line_suffix=request.line_suffix,
         eol=line_ending(document.text),
-        fim=fim,
+        fim=fim is not None,
         truncated=len(prefix) < len(full_prefix) or len(suffix) < len(full_suffix),
         snippets=labels,
     )

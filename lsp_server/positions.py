@@ -81,6 +81,20 @@ class LineIndex:
             units += width
         return self.starts[position.line] + len(line)  # at or past the end of the line
 
+    def line_end(self, line: int) -> int:
+        """Code-point offset of the end of line ``line`` (before its line break)."""
+        return self.starts[line] + len(self.line_text(line))
+
+    def locate(self, position: types.Position, codec: PositionCodec) -> tuple[int, int, int]:
+        """(start of the position's line, the position's offset, end of its line), code points; the
+        one conversion of a request's position on the way in.
+
+        Raises:
+            PositionError: as :meth:`offset_at`.
+        """
+        offset = self.offset_at(position, codec)
+        return self.starts[position.line], offset, self.line_end(position.line)
+
     def position_at(self, offset: int, codec: PositionCodec) -> types.Position:
         """LSP position (in the codec's units) of a code-point offset in ``[0, len(text)]``."""
         if not 0 <= offset <= len(self.text):

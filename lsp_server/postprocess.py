@@ -1,16 +1,7 @@
-"""Post-processing: what to ask the model for, and how to trim what it wrote.
+"""Post-processing: trim what the model wrote to what is worth inserting.
 
-Before generation (:func:`decide_mode`):
-
-* an *automatic* request with the cursor in a line's leading whitespace and code to its right gets
-  no suggestion: the user is indenting (shared case L7); an explicitly invoked request still completes;
-* code right of the cursor: complete the current line only;
-* an empty or blank line (cases L9, L10) or a cursor right after a block header (the last code token
-  before the cursor is ``:`` in Python or ``{`` in brace languages, comments skipped, found with
-  tree-sitter where there is a grammar): a multi-line completion;
-* otherwise the current line only.
-
-After generation (:func:`trim`):
+The completion's mode (single- or multi-line) is decided before generation, in
+:mod:`lsp_server.completion_mode`; :func:`trim` applies it:
 
 * single line: cut at the line break; a tail that repeats the text right of the cursor is dropped
   (``def area(radius|):`` never gets ``):`` twice; ``{ ok:| }`` only the gap; case L6);
@@ -28,90 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lsp_server.syntax import INDENT_BLOCK_LANGUAGES, TailTrimmer, error_count, last_token_before, parser_for
+from lsp_server.completion_mode import Mode
+from lsp_server.syntax import INDENT_BLOCK_LANGUAGES, TailTrimmer, error_count, indent_width, parser_for, syntax_window
 
 _CLOSERS = set(")]}>:;,.\"'`")
 _MAX_SYNTAX_TRIMS = 16  # parses per completion at most, for the error-based trimming
-_WINDOW_HEAD_CHARS = 6000  # at most this much text before the cursor is parsed
-_WINDOW_TAIL_CHARS = 3000  # and at most this much after it
-
-
-@dataclass(frozen=True)
-class Mode:
-    """What kind of completion to ask for at a cursor."""
-
-    multi_line: bool
-    suppress: bool = False  # no automatic suggestion here (L7)
-    reason: str = ""
-
-
-def _indent_width(line: str, tab_size: int = 4) -> int:
-    width = 0
-    for ch in line:
-        if ch == " ":
-            width += 1
-        elif ch == "\t":
-            width += tab_size - width % tab_size
-        else:
-            break
-    return width
-
-
-def decide_mode(prefix: str, line_suffix: str, language_id: str, automatic: bool) -> Mode:
-    """Single- or multi-line for a cursor with ``prefix`` (model text before it) and ``line_suffix``
-    (the text right of it on its line)."""
-    line_prefix = prefix[prefix.rfind("\n") + 1:]
-    code_right = bool(line_suffix.strip())
-    if code_right:
-        if automatic and not line_prefix.strip():
-            return Mode(False, suppress=True, reason="indenting")
-        return Mode(False, reason="code right of the cursor")
-    if not line_prefix.strip():
-        return Mode(True, reason="blank line")
-    if _after_block_header(prefix, language_id):
-        return Mode(True, reason="after a block header")
-    return Mode(False, reason="end of a line")
-
-
-def _after_block_header(prefix: str, language_id: str) -> bool:
-    opener = ":" if language_id in INDENT_BLOCK_LANGUAGES else "{"
-    parser = parser_for(language_id)
-    if parser is None:
-        return prefix.rstrip().endswith((":", "{"))
-    head, _ = syntax_window(prefix, "")
-    return last_token_before(parser, head, len(head)) == opener
-
-
-def syntax_window(prefix: str, suffix: str) -> tuple[str, str]:
-    """The part of ``prefix`` and ``suffix`` that tree-sitter parses around the cursor.
-
-    The head starts at the beginning of the enclosing definition: the nearest line, within the last
-    ``_WINDOW_HEAD_CHARS``, whose indentation is the least of all lines from it to the cursor (lines that
-    start with a closing bracket don't count). A head cut at a fixed count of characters may start inside
-    a docstring or a bracket, and the flood of errors that follows makes each parse several times slower
-    (measured: 3.3 ms instead of 0.5 ms per parse in ``email/message.py``). The tail ends before the
-    first line after the cursor's line that is indented no deeper than the head's first line (the next
-    definition); closing lines at that depth stay in. Both are whole lines, bar the cursor's own.
-    """
-    lines = prefix[-_WINDOW_HEAD_CHARS:].split("\n")
-    if len(prefix) > _WINDOW_HEAD_CHARS and len(lines) > 1:
-        lines = lines[1:]  # the first is likely a fragment of a line
-    start, base = len(lines) - 1, None
-    for index in range(len(lines) - 1, -1, -1):
-        line = lines[index]
-        if not line.strip() or line.lstrip()[:1] in ")]}":
-            continue
-        width = _indent_width(line)
-        if base is None or width < base:
-            start, base = index, width
-    head = "\n".join(lines[start:])
-    tail_lines = suffix[:_WINDOW_TAIL_CHARS].split("\n")
-    end = len(tail_lines)
-    for index, line in enumerate(tail_lines[1:], start=1):
-        if base is not None and line.strip() and _indent_width(line) <= base and line.lstrip()[:1] not in ")]}":
-            end = index
-            break
-    return head, "\n".join(tail_lines[:end])
 
 
 @dataclass(frozen=True)
@@ -160,12 +72,12 @@ def _dedupe_line_suffix(completion: str, line_suffix: str) -> str:
 def _cut_at_block_end(lines: list[str], ctx: TrimContext, parser) -> list[str]:
     line_prefix = ctx.prefix[ctx.prefix.rfind("\n") + 1:]
     if line_prefix.strip():  # after a header on the cursor's line: the block is deeper than that line
-        block_min = _indent_width(line_prefix) + 1
+        block_min = indent_width(line_prefix) + 1
     elif lines[0].strip():  # on a blank line: the block is as deep as the first line written
-        block_min = _indent_width(line_prefix + lines[0])
+        block_min = indent_width(line_prefix + lines[0])
     else:
         first_code = next((line for line in lines[1:] if line.strip()), line_prefix)
-        block_min = _indent_width(first_code)
+        block_min = indent_width(first_code)
     top_level = block_min == 0
     indent_blocks = ctx.language_id in INDENT_BLOCK_LANGUAGES
     kept = [lines[0]]
@@ -174,7 +86,7 @@ def _cut_at_block_end(lines: list[str], ctx: TrimContext, parser) -> list[str]:
         if not line.strip():
             kept.append(line)
             continue
-        width = _indent_width(line)
+        width = indent_width(line)
         if width < block_min:
             closer = line.strip()
             if not indent_blocks and closer[:1] in ")]}" and _closer_needed(kept, line, ctx, parser):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from decoding.kv_cache import common_prefix_length
 
@@ -57,9 +58,17 @@ class Encoded:
         return Encoded(self.text, self.ids, offsets, self.words)
 
 
-def document_key(uri: str) -> tuple[str, str]:
+class SourceKey(NamedTuple):
+    """The one name of a text the server tokenises or drafts from: a document (or file) by URI, or a
+    part of it. Keys of the prompt encoder's cache and of the engine's n-gram sources."""
+
+    uri: str
+    part: str = "document"  # document | prefix | suffix (the prompt's windows) | above | below (outside them)
+
+
+def document_key(uri: str) -> SourceKey:
     """The key a whole document's tokens are cached under (see :meth:`PromptEncoder.seed`)."""
-    return (uri, "document")
+    return SourceKey(uri)
 
 
 class PromptEncoder:
@@ -156,8 +165,8 @@ class PromptEncoder:
         return self._rebased(document, start, length)
 
     def forget(self, uri: str) -> None:
-        """Drop every text cached under a key ``(uri, ...)`` (the document was closed)."""
-        for key in [k for k in self._cache if isinstance(k, tuple) and k[:1] == (uri,)]:
+        """Drop every text cached under a :class:`SourceKey` of ``uri`` (the document was closed)."""
+        for key in [k for k in self._cache if isinstance(k, SourceKey) and k.uri == uri]:
             del self._cache[key]
 
     def seed(self, key: object, text: str) -> None:

@@ -12,12 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pygls import uris
+
+from lsp_server.documents import Document
 from lsp_server.repo_index import RepoIndex, identifiers
 
 WINDOW_LINES = 30  # lines per snippet window
 WINDOW_STRIDE = 15
 RECENT_BUFFERS = 3  # recent open buffers always considered first
 MAX_REPO_FILES = 4  # repository files taken as snippets / draft sources at most
+MAX_SOURCE_CHARS = 400_000  # texts larger than this are neither snippets nor n-gram draft sources
+QUERY_LINES = (40, 10)  # lines before and after the cursor whose identifiers find related files
 
 
 @dataclass(frozen=True)
@@ -89,3 +94,43 @@ def select_snippets(pool: list[Candidate], query: frozenset[str], budget_chars: 
         out.append(snippet)
         used += len(snippet.text)
     return out
+
+
+def _path(uri: str) -> Path | None:
+    path = uris.to_fs_path(uri) if uri.startswith("file:") else None
+    return Path(path) if path else None
+
+
+def label(repo: RepoIndex | None, uri: str) -> str:
+    """A file's path as shown to the model: relative to its workspace folder when indexed, else its name."""
+    path = _path(uri)
+    return repo.relative(path) if repo is not None and path is not None else uri.rsplit("/", 1)[-1]
+
+
+def _query(text: str, offset: int) -> frozenset[str]:
+    """Identifiers of the ``QUERY_LINES`` lines around ``offset``, found without splitting the whole text."""
+    start = offset
+    for _ in range(QUERY_LINES[0]):
+        start = text.rfind("\n", 0, start)
+        if start <= 0:
+            start = 0
+            break
+    end = offset
+    for _ in range(QUERY_LINES[1]):
+        end = text.find("\n", end + 1)
+        if end == -1:
+            end = len(text)
+            break
+    return identifiers(text[start:offset] + "\n" + text[offset:end])
+
+
+def related_files(document: Document, offset: int, other_documents: list[Document], repo: RepoIndex | None,
+                  snippet_chars: int) -> tuple[list[Candidate], list[Snippet]]:
+    """(candidate files, snippets of at most ``snippet_chars`` characters; 0: none) for a cursor at
+    ``offset`` (code points): the recent open buffers, then similar repository files."""
+    query = _query(document.text, offset)
+    recent = [Candidate(d.uri, label(repo, d.uri), d.model_text, d.version)
+              for d in other_documents[:RECENT_BUFFERS] if len(d.text) <= MAX_SOURCE_CHARS]
+    open_paths = {p for p in (_path(d.uri) for d in [document, *other_documents]) if p is not None}
+    pool = candidates(recent, repo, query, open_paths)
+    return pool, select_snippets(pool, query, snippet_chars)

@@ -19,6 +19,7 @@ from decoding.engine import Engine
 from lsp_server import __version__
 from lsp_server.documents import DocumentStore
 from lsp_server.features.status import StatusBoard
+from lsp_server.indexing import IndexService
 from lsp_server.service import CompletionService
 from lsp_server.settings import Settings
 from lsp_server.tracing import RpcClock, Tracer
@@ -65,7 +66,20 @@ class SpeclspProtocol(LanguageServerProtocol):
 
 
 class SpeclspServer(LanguageServer):
-    """speclsp's language server state."""
+    """speclsp's language server: the state every feature shares, declared here.
+
+    Features (one per module in :mod:`lsp_server.features`) read and call these services; only the
+    model worker's thread touches the engine (the completion service submits all such work there).
+    """
+
+    settings: Settings  # the current settings (replaced whole on a configuration change)
+    store: DocumentStore  # open documents
+    worker: ModelWorker  # the model thread and the engine it owns
+    tracer: Tracer  # request logs and $/logTrace
+    status: StatusBoard  # speclsp/status
+    index: IndexService  # the repository index and its watcher
+    service: CompletionService  # completion requests
+    pending_warnings: list[str]  # settings warnings from initialize, shown once initialized
 
     def __init__(self, loader: Callable[..., Engine] = Engine.load):
         super().__init__("speclsp", __version__, protocol_cls=SpeclspProtocol,
@@ -75,12 +89,11 @@ class SpeclspServer(LanguageServer):
         self.worker = ModelWorker(loader)
         self.tracer = Tracer(self.window_log_message, self.log_trace, self.trace_value)
         self.status = StatusBoard(lambda method, params: self.protocol.notify(method, params))
-        self.repo = None  # RepoIndex, once the workspace is indexed (lsp_server.indexing)
-        self.repo_building = None  # the RepoIndex being built
-        self.index_watcher = None
         self.service = CompletionService(self.store, self.worker, self.tracer, lambda: self.settings, self.status,
-                                         lambda: self.repo, rpc=lambda: (self.protocol.msg_id, self.protocol.clock))
-
+                                         lambda: self.index.repo,
+                                         rpc=lambda: (self.protocol.msg_id, self.protocol.clock))
+        self.index = IndexService(self.service.file_changed)
+        self.pending_warnings = []
 
     def trace_value(self) -> str:
         """The effective trace value: the client's, or the ``traceLevel`` setting when the client's is off."""

@@ -19,21 +19,24 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from lsp_server.completer import MAX_SOURCE_CHARS, Completion, complete
+from lsp_server.completer import Completion, complete
+from lsp_server.completion_mode import suppresses_automatic
 from lsp_server.documents import DocumentStore
+from lsp_server.draft_sources import DraftSources
 from lsp_server.positions import PositionError, codec_for
-from lsp_server.postprocess import decide_mode
-from lsp_server.prompt_tokens import PromptEncoder, document_key
+from lsp_server.repo_index import RepoIndex
+from lsp_server.request import CompletionRequest, resolve_request
+from lsp_server.settings import Settings
 from lsp_server.syntax import parser_for
 from lsp_server.type_through import TypeThroughCache
-from lsp_server.tracing import Tracer
+from lsp_server.tracing import RpcClock, Tracer
 from lsp_server.worker import READY, ModelWorker
 
 
@@ -56,56 +59,65 @@ class Answer:
 
 
 class CompletionService:
-    """Turns requests into model work and answers."""
+    """Turns requests into model work and answers.
 
-    def __init__(self, store: DocumentStore, worker: ModelWorker, tracer: Tracer, settings_ref, status=None,
-                 repo_ref=lambda: None, rpc=lambda: (None, None)):
+    Args:
+        settings_ref: returns the current settings (read once per request, on the event loop).
+        repo_ref: returns the repository index, or ``None``.
+        rpc: returns (the current JSON-RPC message id, the protocol's clock or ``None``), for tracing.
+    """
+
+    def __init__(self, store: DocumentStore, worker: ModelWorker, tracer: Tracer,
+                 settings_ref: Callable[[], Settings], status=None,
+                 repo_ref: Callable[[], RepoIndex | None] = lambda: None,
+                 rpc: Callable[[], tuple[object, RpcClock | None]] = lambda: (None, None)):
         self.store = store
         self.worker = worker
         self.tracer = tracer
-        self.settings_ref = settings_ref  # callable returning the current Settings
+        self.settings_ref = settings_ref
         self.status = status  # StatusBoard or None
-        self.repo_ref = repo_ref  # callable returning the RepoIndex or None
-        self.rpc = rpc  # callable returning (the current JSON-RPC message id, the protocol's RpcClock or None)
+        self.repo_ref = repo_ref
+        self.rpc = rpc
         self.position_encoding: str | None = None  # set after initialize
         self._ids = itertools.count(1)
-        self._inflight: dict[tuple[str, str], threading.Event] = {}  # (uri, method) -> cancel flag
+        self._inflight: dict[tuple[str, str], CompletionRequest] = {}  # (uri, method) -> the request running
         self.type_through = TypeThroughCache()
-        self._encoder: PromptEncoder | None = None  # prompt tokens between requests (model thread only)
+        self.sources = DraftSources(defer_cold_parts=True)  # model thread only
 
-    def _encoder_for(self, engine) -> PromptEncoder | None:
-        """The prompt encoder for the engine's tokenizer (model thread only)."""
-        tokenizer = getattr(engine, "tokenizer", None)
-        if tokenizer is not None and (self._encoder is None or self._encoder.tokenizer is not tokenizer):
-            self._encoder = PromptEncoder(tokenizer)  # first use, or the model was replaced
-        return self._encoder
+    def _on_model_thread(self, fn: Callable[..., object], *args) -> None:
+        """Run ``fn(engine, *args)`` on the model thread when the models are ready (else there is
+        nothing of theirs to update)."""
+        if self.worker.state == READY:
+            try:
+                self.worker.submit(fn, *args)
+            except RuntimeError:
+                pass  # unloaded meanwhile
 
     def document_opened(self, uri: str) -> None:
-        """Tokenise a newly opened document on the model thread, ahead of its first request, whose
-        prompt windows then start from these tokens instead of tokenising up to 10 KB on its path;
-        load its language's tree-sitter grammar too."""
-        if self.worker.state != READY:
-            return
+        """Tokenise a newly opened document on the model thread, ahead of its first request, and load
+        its language's tree-sitter grammar."""
+        document = self.store.get(uri)
+        if document is not None:
+            self._on_model_thread(self._opened, document)
 
-        def seed(engine) -> None:
-            document = self.store.get(uri)
-            encoder = self._encoder_for(engine)
-            if document is not None and encoder is not None and len(document.text) <= MAX_SOURCE_CHARS:
-                encoder.seed(document_key(uri), document.model_text)
-            if document is not None:
-                parser_for(document.language_id)  # loads the grammar on first use of a language
-
-        self.worker.submit(seed)
+    def _opened(self, engine, document) -> None:
+        self.sources.document_opened(engine, document)
+        parser_for(document.language_id)  # loads the grammar on first use of a language
 
     def document_closed(self, uri: str) -> None:
-        """Forget a closed document's prompt tokens (on the model thread)."""
-        if self.worker.state == READY:
-            self.worker.submit(lambda engine: self._encoder.forget(uri) if self._encoder is not None else None)
+        """Stop its generations and forget everything kept for a closed document."""
+        self.cancel_document(uri)
+        self.type_through.forget(uri)
+        self._on_model_thread(self.sources.document_closed, uri)
+
+    def file_changed(self, uri: str) -> None:
+        """A file under the index watcher changed on disk (called from any thread)."""
+        self._on_model_thread(self.sources.file_changed, uri)
 
     def cancel_document(self, uri: str, method: str | None = None) -> None:
         """Stop the generations in flight for ``uri`` (one method, or all) at their next verify round."""
         for key in [k for k in self._inflight if k[0] == uri and (method is None or k[1] == method)]:
-            self._inflight.pop(key).set()
+            self._inflight.pop(key).cancelled.set()
 
     def _trace(self, started: float, ended: float, msg_id, clock, *args, completion: Completion | None = None,
                **kwargs) -> None:
@@ -124,6 +136,28 @@ class CompletionService:
         if self.status is not None and completion is not None and kwargs.get("status") == "ok":
             self.status.request_done(total_ms, completion)
 
+    def _resolve(self, method: str, uri: str, position: types.Position, automatic: bool) -> CompletionRequest:
+        """The request, resolved once: document snapshot, offset, line text, settings snapshot.
+
+        Raises:
+            JsonRpcInvalidParams: the document is not open or the position is not in it.
+        """
+        document = self.store.get(uri)
+        if document is None:
+            raise JsonRpcInvalidParams(f"document {uri} is not open; send textDocument/didOpen first")
+        try:
+            return resolve_request(document, position, codec_for(self.position_encoding), self.settings_ref(),
+                                   automatic=automatic, method=method, request_id=next(self._ids))
+        except PositionError as exc:
+            raise JsonRpcInvalidParams(f"invalid position for {uri}: {exc}") from exc
+
+    def _answer(self, request: CompletionRequest, insert_text: str, offset: int,
+                completion: Completion | None) -> Answer:
+        """The answer at ``offset``, converted back to the client's position encoding (the one conversion
+        on the way out; an offset past the line end is clamped)."""
+        cursor = request.document.lines.position_at(offset, codec_for(self.position_encoding))
+        return Answer(insert_text, types.Range(start=cursor, end=cursor), completion)
+
     async def complete(self, method: str, uri: str, position: types.Position, automatic: bool = False) -> Answer | None:
         """Complete at ``position``; ``None`` when there is nothing to offer.
 
@@ -133,74 +167,60 @@ class CompletionService:
         Raises:
             JsonRpcInvalidParams: the document is not open or the position is not in it.
         """
-        request_id = next(self._ids)
         started = time.perf_counter()
         msg_id, clock = self.rpc()
-        document = self.store.get(uri)
-        if document is None:
-            raise JsonRpcInvalidParams(f"document {uri} is not open; send textDocument/didOpen first")
-        codec = codec_for(self.position_encoding)
-        try:
-            offset = document.lines.offset_at(position, codec)
-            line_start = document.lines.offset_at(types.Position(line=position.line, character=0), codec)
-            line_end = document.lines.offset_at(types.Position(line=position.line, character=2**31 - 1), codec)
-        except PositionError as exc:
-            raise JsonRpcInvalidParams(f"invalid position for {uri}: {exc}") from exc
-        line_prefix, line_suffix = document.text[line_start:offset], document.text[offset:line_end]
-        if automatic and decide_mode(line_prefix, line_suffix, document.language_id, automatic=True).suppress:
-            self.tracer.request(request_id, method, uri, position, status="no suggestion: cursor in indentation")
+        request = self._resolve(method, uri, position, automatic)
+        log = functools.partial(self.tracer.request, request.request_id, method, uri, position)
+        if automatic and suppresses_automatic(request.line_prefix, request.line_suffix):
+            log(status="no suggestion: cursor in indentation")
             return None
-        if not document.in_sync:  # before the type-through cache: its text may be stale too
-            self.tracer.request(request_id, method, uri, position, status="document out of sync; reopen it")
+        if not request.document.in_sync:  # before the type-through cache: its text may be stale too
+            log(status="document out of sync; reopen it")
             return None
-        rest = self.type_through.lookup(uri, document.text, offset)
+        rest = self.type_through.lookup(uri, request.document.text, request.offset)
         if rest is not None:
-            _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request_id, method, uri, position,
-                          status="type-through cache hit")
-            cursor = document.lines.position_at(offset, codec)  # a position past the line end is clamped
-            return Answer(rest, types.Range(start=cursor, end=cursor), None)
+            _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request.request_id, method, uri,
+                          position, status="type-through cache hit")
+            return self._answer(request, rest, request.offset, None)
         if self.worker.state != READY:
-            self.tracer.request(request_id, method, uri, position, status=f"models {self.worker.state}")
+            log(status=f"models {self.worker.state}")
             return None
-
-        key = (uri, method)
-        self.cancel_document(uri, method)
-        cancelled = threading.Event()
-        self._inflight[key] = cancelled
-        others = [d for d in self.store.all() if d.uri != uri]
-        queued = time.perf_counter()
-
-        def run(engine):
-            wait_ms = 1000 * (time.perf_counter() - queued)
-            if cancelled.is_set():  # superseded while queued: no context, no prefill
-                return wait_ms, None
-            result = complete(engine, document, position, codec, self.settings_ref(), others, cancelled.is_set,
-                              repo=self.repo_ref(), encoder=self._encoder_for(engine))
-            return wait_ms, result
-
-        try:
-            wait_ms, completion = await asyncio.wrap_future(self.worker.submit(run))
-        except asyncio.CancelledError:
-            cancelled.set()
-            self.tracer.request(request_id, method, uri, position, status="cancelled by client")
-            raise
-        finally:
-            if self._inflight.get(key) is cancelled:
-                del self._inflight[key]
-
+        wait_ms, completion = await self._generate(request, log)
         if completion is None:
-            self.tracer.request(request_id, method, uri, position, status="superseded", queue_ms=wait_ms)
+            log(status="superseded", queue_ms=wait_ms)
             return None
-        generation = completion.generation
-        status = "superseded" if generation.finish_reason == "cancelled" else "ok"
-        _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request_id, method, uri, position,
-                      status=status, queue_ms=wait_ms, completion=completion)
-        if completion.warm_up and self.worker.state == READY:
-            # On the model thread once the answer is written: tokenising a large part holds the GIL,
-            # which would otherwise delay writing the answer.
-            _after_answer(self.worker.submit, lambda engine: [work() for work in completion.warm_up])
+        status = "superseded" if completion.generation.finish_reason == "cancelled" else "ok"
+        _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request.request_id, method, uri,
+                      position, status=status, queue_ms=wait_ms, completion=completion)
+        # On the model thread once the answer is written: tokenising a large part holds the GIL.
+        _after_answer(self._on_model_thread, self.sources.warm_up)
         if status != "ok" or not completion.insert_text.strip():
             return None
-        self.type_through.remember(uri, document.text, offset, completion.insert_text)
-        cursor = document.lines.position_at(completion.context.cursor_offset, codec)
-        return Answer(completion.insert_text, types.Range(start=cursor, end=cursor), completion)
+        self.type_through.remember(uri, request.document.text, request.offset, completion.insert_text)
+        return self._answer(request, completion.insert_text, completion.context.cursor_offset, completion)
+
+    async def _generate(self, request: CompletionRequest, log) -> tuple[float, Completion | None]:
+        """Run the completion on the model thread: (ms queued, the completion or ``None`` when it was
+        superseded before it started). A newer request for the same document and method cancels this one."""
+        key = (request.uri, request.method)
+        self.cancel_document(*key)
+        self._inflight[key] = request
+        others = [d for d in self.store.all() if d.uri != request.uri]
+        repo = self.repo_ref()
+        queued = time.perf_counter()
+
+        def run(engine) -> tuple[float, Completion | None]:
+            wait_ms = 1000 * (time.perf_counter() - queued)
+            if request.cancelled.is_set():  # superseded while queued: no context, no prefill
+                return wait_ms, None
+            return wait_ms, complete(engine, request, others, repo, self.sources)
+
+        try:
+            return await asyncio.wrap_future(self.worker.submit(run))
+        except asyncio.CancelledError:
+            request.cancelled.set()
+            log(status="cancelled by client")
+            raise
+        finally:
+            if self._inflight.get(key) is request:
+                del self._inflight[key]

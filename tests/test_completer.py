@@ -11,11 +11,14 @@ from decoding.drafters.ngram import NgramDrafter
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import GenerationConfig, _Output
 from decoding.starter.data import read_texts, stdlib_files
-from lsp_server.completer import complete, generation_config, postprocess
-from lsp_server.context import ContextBudget, build_context
+from lsp_server.completer import complete, postprocess
+from lsp_server.completion_mode import decide_mode
+from lsp_server.context import build_context
 from lsp_server.documents import Document
+from lsp_server.draft_sources import DraftSources
 from lsp_server.positions import codec_for
-from lsp_server.postprocess import decide_mode
+from lsp_server.prompt_tokens import SourceKey
+from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 from tests.greedy_check import assert_greedy_equal
 
@@ -36,8 +39,9 @@ def held_out_prompts(engine, count: int) -> list[list[int]]:
         lines = text.split("\n")
         line = len(lines) // 2
         document = Document(path.as_uri(), text, 0, "python")
-        context = build_context(document, types.Position(line=line, character=0), UTF16, engine.tokenizer,
-                                ContextBudget(prefix_tokens=256, suffix_tokens=64))
+        request = resolve_request(document, types.Position(line=line, character=0), UTF16,
+                                  Settings(prefix_tokens=256, suffix_tokens=64))
+        context = build_context(request, engine.tokenizer)
         prompts.append(context.prompt_ids)
     return prompts[:count]
 
@@ -45,9 +49,9 @@ def held_out_prompts(engine, count: int) -> list[list[int]]:
 def test_special_tokens_spelled_out_as_text_are_cut(engine):
     """Case L8: a model writing '<|endoftext|>' byte by byte (not as the special id) is cut there too."""
     document = Document("file:///a.py", "def f():\n    ", 1, "python")
-    context = build_context(document, types.Position(line=1, character=4), UTF16, engine.tokenizer, ContextBudget())
-    mode = decide_mode(context.prefix, context.line_suffix, "python", automatic=False)
-    config = generation_config(Settings(), mode, engine, seed=None)
+    context = build_context(resolve_request(document, types.Position(line=1, character=4), UTF16), engine.tokenizer)
+    mode = decide_mode(context.prefix, context.line_suffix, "python")
+    config = Settings().generation_config(mode.multi_line, engine)
     assert set(engine.tokenizer.all_special_tokens) <= set(config.stop_strings)
     assert set(engine.tokenizer.all_special_ids) <= config.stop_token_ids  # as ids too: any special token ends it
     assert "\n" not in config.stop_strings  # an empty rest of line: multi-line allowed
@@ -61,13 +65,13 @@ def test_special_tokens_spelled_out_as_text_are_cut(engine):
 
 
 def test_postprocess_single_line_crlf_and_trailing_space(engine):
-    single = build_context(Document("file:///a.py", "x = foo()\r\n", 1, "python"),
-                           types.Position(line=0, character=8), UTF16, engine.tokenizer, ContextBudget())
-    single_mode = decide_mode(single.prefix, single.line_suffix, "python", automatic=False)
+    single = build_context(resolve_request(Document("file:///a.py", "x = foo()\r\n", 1, "python"),
+                                           types.Position(line=0, character=8), UTF16), engine.tokenizer)
+    single_mode = decide_mode(single.prefix, single.line_suffix, "python")
     assert not single_mode.multi_line and postprocess("a, b\n    more", single, single_mode, "python") == "a, b"
-    multi = build_context(Document("file:///b.py", "def f():\r\n    ", 1, "python"),
-                          types.Position(line=1, character=4), UTF16, engine.tokenizer, ContextBudget())
-    multi_mode = decide_mode(multi.prefix, multi.line_suffix, "python", automatic=False)
+    multi = build_context(resolve_request(Document("file:///b.py", "def f():\r\n    ", 1, "python"),
+                                          types.Position(line=1, character=4), UTF16), engine.tokenizer)
+    multi_mode = decide_mode(multi.prefix, multi.line_suffix, "python")
     assert multi_mode.multi_line
     assert postprocess("x = 1\n    return x\n\n", multi, multi_mode, "python") == "x = 1\r\n    return x"
 
@@ -94,8 +98,9 @@ def test_every_drafter_mode_completes_the_same(engine):
     text = read_texts(stdlib_files(want_held_out=True)[:1])[0]
     document = Document("file:///held_out.py", text, 0, "python")
     line = len(text.split("\n")) // 3
-    texts = {mode: complete(engine, document, types.Position(line=line, character=0), UTF16,
-                            Settings(drafter=mode, max_new_tokens=24)).insert_text
+    position = types.Position(line=line, character=0)
+    texts = {mode: complete(engine, resolve_request(document, position, UTF16,
+                                                    Settings(drafter=mode, max_new_tokens=24))).insert_text
              for mode in ("none", "ngram", "model", "auto")}
     assert len(set(texts.values())) == 1, texts
 
@@ -112,9 +117,10 @@ def test_repository_files_similar_to_the_cursor_become_draft_sources(engine, tmp
     document = Document((tmp_path / "pkg" / "square.py").as_uri(), "class Square:\n    def area(self):\n        return ", 1,
                         "python")
     engine.reset_caches()
-    complete(engine, document, types.Position(line=2, character=15), UTF16, Settings(max_new_tokens=4), repo=index)
-    assert (tmp_path / "pkg" / "shapes.py").as_uri() in engine.sources  # shares identifiers: a source
-    assert (tmp_path / "pkg" / "other.py").as_uri() not in engine.sources  # nothing in common
+    complete(engine, resolve_request(document, types.Position(line=2, character=15), UTF16, Settings(max_new_tokens=4)),
+             repo=index)
+    assert SourceKey((tmp_path / "pkg" / "shapes.py").as_uri()) in engine.sources  # shares identifiers: a source
+    assert SourceKey((tmp_path / "pkg" / "other.py").as_uri()) not in engine.sources  # nothing in common
 
 
 def test_each_document_keeps_its_own_prompt_cache(engine):
@@ -130,29 +136,62 @@ def test_each_document_keeps_its_own_prompt_cache(engine):
     assert again.stats.prefill_reused == len(prompt_a)  # only the new token is computed
     cold = engine.generate(prompt_a + [prompt_b[0]], config, "none", cache_key="fresh")
     assert cold.stats.prefill_reused == 0 and cold.token_ids == again.token_ids
-    engine.forget_source("a")
+    engine.forget_cache("a")
     assert engine.generate(prompt_a, config, "none", cache_key="a").stats.prefill_reused == 0
 
 
 def test_large_document_parts_are_tokenised_after_the_first_answer_then_drafted_from(engine):
     """The first request in a large document leaves its parts outside the prompt to warm_up (run after
     answering); once run, the next request searches them without tokenising anything large."""
-    from lsp_server.prompt_tokens import PromptEncoder
-
     text = max(read_texts(stdlib_files(want_held_out=True)[:8]), key=len)
     assert len(text) > 40_000
     document = Document("file:///big.py", text, 0, "python")
     line = len(text.split("\n")) // 2
-    encoder = PromptEncoder(engine.tokenizer)
-    settings = Settings(max_new_tokens=4)
-    engine.forget_source(document.uri)
-    first = complete(engine, document, types.Position(line=line, character=0), UTF16, settings, encoder=encoder)
-    assert first.warm_up and f"{document.uri}#above" not in engine.sources
-    for work in first.warm_up:
-        work()
-    second = complete(engine, document, types.Position(line=line, character=0), UTF16, settings, encoder=encoder)
-    assert second.warm_up == ()
-    above = engine.sources.tokens(f"{document.uri}#above")
+    sources = DraftSources(defer_cold_parts=True)
+    request = resolve_request(document, types.Position(line=line, character=0), UTF16, Settings(max_new_tokens=4))
+    above_key = SourceKey(document.uri, "above")
+    sources.document_closed(engine, document.uri)
+    first = complete(engine, request, sources=sources)
+    assert above_key not in engine.sources and not sources.encoder(engine).holds(above_key)
+    sources.warm_up(engine)
+    assert sources.encoder(engine).holds(above_key)
+    second = complete(engine, request, sources=sources)
+    above = engine.sources.tokens(above_key)
     assert above == engine.tokenizer.encode(text[: len(text) - len(text.split("\n", line)[-1])][: -len(
         second.context.prefix)], add_special_tokens=False)
-    engine.forget_source(document.uri)
+    assert first.context.prefix == second.context.prefix
+    sources.document_closed(engine, document.uri)
+    assert above_key not in engine.sources
+
+
+def test_without_deferring_a_large_part_is_a_draft_source_at_once(engine):
+    """The command line has no "after the answer": its parts are tokenised during the request."""
+    text = max(read_texts(stdlib_files(want_held_out=True)[:8]), key=len)
+    document = Document("file:///big-cli.py", text, 0, "python")
+    request = resolve_request(document, types.Position(line=len(text.split("\n")) // 2, character=0), UTF16,
+                              Settings(max_new_tokens=4))
+    sources = DraftSources()
+    complete(engine, request, sources=sources)
+    assert SourceKey(document.uri, "above") in engine.sources and SourceKey(document.uri, "below") in engine.sources
+    sources.document_closed(engine, document.uri)
+
+
+def test_the_engine_refuses_work_from_a_thread_that_does_not_own_it(engine):
+    """Only the model thread may change the engine's sources and caches (the server's did_close once
+    did it from the event loop while a generation ran)."""
+    import threading
+
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(_raises(lambda: engine.forget_source(SourceKey("x")))))
+    thread.start()
+    thread.join()
+    assert errors == ["RuntimeError"]
+    engine.forget_source(SourceKey("x"))  # the owner may
+
+
+def _raises(fn) -> str | None:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the type is the result
+        return type(exc).__name__
+    return None

@@ -7,9 +7,11 @@ from lsprotocol import types
 from transformers import AutoTokenizer
 
 from decoding.starter import TARGET_DIR
-from lsp_server.context import ContextBudget, build_context
+from lsp_server.context import build_context
 from lsp_server.documents import Document, DocumentStore
 from lsp_server.positions import LineIndex, PositionError, codec_for, line_ending, to_document_text
+from lsp_server.request import resolve_request
+from lsp_server.settings import Settings
 
 UTF16, UTF8, UTF32 = (codec_for(e) for e in ("utf-16", "utf-8", "utf-32"))
 L1_TEXT = '# 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 😀 smoke\ndef main():\n    print("Goodbye, ")\n'
@@ -44,7 +46,9 @@ def test_l1_offsets_round_trip_in_every_encoding(encoding, text, line, before):
 def test_l1_prefix_and_suffix_split_exactly_at_cursor(tokenizer):
     document = Document("file:///l1.py", L1_TEXT, 1, "python")
     position = types.Position(line=2, character=units('    print("Goodbye, ', "utf-16"))
-    context = build_context(document, position, UTF16, tokenizer, ContextBudget())
+    request = resolve_request(document, position, UTF16)
+    assert (request.line_prefix, request.line_suffix) == ('    print("Goodbye, ', '")')
+    context = build_context(request, tokenizer)
     assert context.prefix.endswith('    print("Goodbye, ') and context.prefix.startswith("# 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 😀")
     assert context.suffix == '")\n'
     assert context.line_suffix == '")'
@@ -107,7 +111,7 @@ def test_l3_crlf_prompt_equals_lf_prompt(tokenizer):
     lf = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return \n"
     crlf = lf.replace("\n", "\r\n")
     position = types.Position(line=4, character=11)
-    contexts = [build_context(Document("file:///x.py", t, 1, "python"), position, UTF16, tokenizer, ContextBudget())
+    contexts = [build_context(resolve_request(Document("file:///x.py", t, 1, "python"), position, UTF16), tokenizer)
                 for t in (lf, crlf)]
     assert contexts[0].prompt_ids == contexts[1].prompt_ids
     assert (contexts[0].eol, contexts[1].eol) == ("\n", "\r\n")
@@ -118,7 +122,8 @@ def test_budget_keeps_whole_lines_at_the_tail(tokenizer):
     text = "".join(f"value_{i} = compute({i})\n" for i in range(400))
     document = Document("file:///big.py", text, 1, "python")
     position = types.Position(line=399, character=8)
-    context = build_context(document, position, UTF16, tokenizer, ContextBudget(prefix_tokens=64, suffix_tokens=8))
+    context = build_context(resolve_request(document, position, UTF16, Settings(prefix_tokens=64, suffix_tokens=8)),
+                            tokenizer)
     assert context.prefix.startswith("value_") and context.prefix.endswith("value_39")
     assert len(tokenizer.encode(context.prefix)) <= 64
     assert len(context.prompt_ids) <= 64 + 8 + 3
@@ -127,13 +132,14 @@ def test_budget_keeps_whole_lines_at_the_tail(tokenizer):
 def test_long_prefix_start_stays_put_while_typing_so_the_prompt_cache_is_reused(tokenizer):
     """Typing at the end of a long prefix keeps the prompt's beginning: only the tail is new."""
     body = "".join(f"def function_{i}(argument):\n    return argument * {i}\n\n" for i in range(400))
-    budget = ContextBudget(prefix_tokens=512, suffix_tokens=16)
+    budget = Settings(prefix_tokens=512, suffix_tokens=16)
     previous = None
     shared = []
     for typed in ("", "d", "de", "def", "def ", "def n", "def ne", "def new"):
         document = Document("file:///long.py", body + typed, 1, "python")
         lines = body.count("\n")
-        context = build_context(document, types.Position(line=lines, character=len(typed)), UTF16, tokenizer, budget)
+        request = resolve_request(document, types.Position(line=lines, character=len(typed)), UTF16, budget)
+        context = build_context(request, tokenizer)
         assert len(context.prompt_ids) <= 512 + 16 + 3
         assert ("\n" + context.prefix) in ("\n" + body + typed)  # cut at a line start
         if previous is not None:

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.postprocess import TrimContext, decide_mode, trim
+from lsp_server.completion_mode import decide_mode, suppresses_automatic
+from lsp_server.postprocess import TrimContext, trim
 from lsp_server.syntax import error_count, parser_for, supported_languages
 from lsp_server.type_through import TypeThroughCache
 
 
 def run(prefix: str, suffix: str, text: str, language: str = "python", automatic: bool = True,
         finish: str = "stop"):
-    mode = decide_mode(prefix, suffix.split("\n", 1)[0], language, automatic)
-    if mode.suppress:
-        return mode, None
+    line_suffix = suffix.split("\n", 1)[0]
+    if automatic and suppresses_automatic(prefix[prefix.rfind("\n") + 1:], line_suffix):
+        return None, None
+    mode = decide_mode(prefix, line_suffix, language)
     return mode, trim(text, TrimContext(prefix, suffix, language, mode, finish))
 
 
@@ -70,11 +72,12 @@ def test_an_unclosed_block_at_the_end_of_the_file_gets_its_closer(language, pref
 
 def test_l7_indenting_gets_no_automatic_suggestion_but_an_explicit_request_completes():
     mode, text = run("    ", "result = compute()\n", "x")
-    assert mode.suppress and text is None
+    assert mode is None and text is None
     mode, text = run("    ", "result = compute()\n", "x", automatic=False)
-    assert not mode.suppress and text == "x"
-    assert decide_mode("", "result = compute()", "python", automatic=True).suppress  # column 0 too
-    assert not decide_mode("x = ", "compute()", "python", automatic=True).suppress  # code left: not indenting
+    assert not mode.multi_line and text == "x"
+    assert suppresses_automatic("", "result = compute()")  # column 0 too
+    assert not suppresses_automatic("x = ", "compute()")  # code left: not indenting
+    assert not suppresses_automatic("    ", "   ")  # nothing right of the cursor: a blank line
 
 
 # L9, L10 and block ends -------------------------------------------------------------------------
@@ -173,7 +176,7 @@ def test_incremental_error_counts_equal_fresh_parses(language):
 def test_syntax_window_is_the_enclosing_definition_not_a_cut_inside_a_docstring():
     """The parsed window starts at the enclosing definition and ends before the next one. A window cut
     at a fixed character count can start inside a docstring: valid code then parses with many errors."""
-    from lsp_server.postprocess import _WINDOW_HEAD_CHARS, syntax_window
+    from lsp_server.syntax import _WINDOW_HEAD_CHARS, syntax_window
 
     docstring = '    def earlier(self):\n        """' + "Words that are prose, not code.\n        " * 200 + '"""\n'
     prefix = "class A:\n" + docstring + "\n    def current(self, x):\n        y = x + 1\n        "

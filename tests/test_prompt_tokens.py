@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from decoding.starter import TARGET_DIR
-from lsp_server.prompt_tokens import PromptEncoder, document_key
+from lsp_server.prompt_tokens import PromptEncoder, SourceKey, document_key
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +123,8 @@ def test_a_window_that_moved_far_starts_from_the_document_and_closing_forgets(to
     encoder.encode(("d", "prefix"), document[:3000])
     before = encoder.reused_tokens
     text = document[5000:9000]
-    assert encoder.encode(("d", "prefix"), text, (document_key("d"), 5000)) == full(tokenizer, text)
+    assert encoder.encode(SourceKey("d", "prefix"), text, (document_key("d"), 5000)) == full(tokenizer, text)
     assert encoder.reused_tokens - before > 0.8 * len(full(tokenizer, text)[0])
     encoder.encode("other", "x = 1")
     encoder.forget("d")
-    assert not encoder.holds(document_key("d")) and not encoder.holds(("d", "prefix")) and encoder.holds("other")
+    assert not encoder.holds(document_key("d")) and not encoder.holds(SourceKey("d", "prefix")) and encoder.holds("other")

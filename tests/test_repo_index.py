@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from lsprotocol import types
 
-from lsp_server.context import ContextBudget, build_context
+from lsp_server.context import build_context
+from lsp_server.request import resolve_request
+from lsp_server.settings import Settings
 from lsp_server.documents import Document
 from lsp_server.file_watch import IndexWatcher
 from lsp_server.positions import codec_for
@@ -176,12 +178,12 @@ def test_repository_prompt_format_and_budget():
     document = Document("file:///proj/app/main.py", "def main():\n    return \n", 1, "python")
     snippets = [Snippet("app/util.py", "def helper_value():\n    return 42", 0.5),
                 Snippet("lib/big.py", "x = 1\n" * 400, 0.4)]
-    context = build_context(document, types.Position(line=1, character=11), codec_for("utf-16"), tokenizer,
-                            ContextBudget(extra_tokens=64), snippets, ("proj", "app/main.py"))
+    position = types.Position(line=1, character=11)
+    context = build_context(resolve_request(document, position, codec_for("utf-16"), Settings(extra_tokens=64)),
+                            tokenizer, snippets, ("proj", "app/main.py"))
     text = tokenizer.decode(context.prompt_ids)
     assert text.startswith("<|repo_name|>proj\n<|file_sep|>app/util.py\ndef helper_value():\n    return 42\n"
                            "<|file_sep|>app/main.py\n<|fim_prefix|>def main():")
     assert "lib/big.py" not in text and context.snippets == ("app/util.py",)  # over the budget
-    plain = build_context(document, types.Position(line=1, character=11), codec_for("utf-16"), tokenizer,
-                          ContextBudget(), snippets, None)
+    plain = build_context(resolve_request(document, position, codec_for("utf-16")), tokenizer, snippets, None)
     assert tokenizer.decode(plain.prompt_ids).startswith("<|fim_prefix|>")

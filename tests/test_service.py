@@ -46,7 +46,7 @@ async def test_an_opened_document_is_tokenised_ahead_and_its_first_request_start
     import json.decoder
     from pathlib import Path
 
-    from lsp_server.prompt_tokens import document_key
+    from lsp_server.prompt_tokens import SourceKey
 
     store = DocumentStore()
     worker = ModelWorker()
@@ -56,12 +56,12 @@ async def test_an_opened_document_is_tokenised_ahead_and_its_first_request_start
     uri = "file:///big.py"
     store.open(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
     service.document_opened(uri)
-    worker.submit(lambda engine: None).result(timeout=60)  # the seeding ran before this
-    assert service._encoder is not None and service._encoder.holds(document_key(uri))
-    before = service._encoder.reused_tokens
+    encoder = worker.submit(service.sources.encoder).result(timeout=60)  # the seeding ran before this
+    assert encoder.holds(SourceKey(uri))
+    before = encoder.reused_tokens
     line = text[:text.index("def py_scanstring")].count("\n") + 3
     await service.complete("inlineCompletion", uri, types.Position(line=line, character=4))
-    assert service._encoder.reused_tokens - before > 1000  # the prompt window's tokens (about 1,300)
+    assert encoder.reused_tokens - before > 1000  # the prompt window's tokens (about 1,300)
     worker.shutdown()
 
 
@@ -102,15 +102,15 @@ async def test_l1_l5_ranges_in_the_negotiated_encoding(monkeypatch, encoding):
     """The answer's range sits at the cursor, in the client's units, whatever the model writes."""
     from lsp_server import service as service_module
     from lsp_server.completer import Completion
-    from lsp_server.postprocess import Mode
-    from lsp_server.context import ContextBudget, build_context
+    from lsp_server.completion_mode import Mode
+    from lsp_server.context import build_context
     from decoding.generate import Generation
     from decoding.stats import GenerationStats
 
     seen = {}
 
-    def fake_complete(engine, document, position, codec, settings, others, should_stop, repo=None, encoder=None):
-        context = build_context(document, position, codec, _tokenizer(), ContextBudget())
+    def fake_complete(engine, request, others, repo=None, sources=None):
+        context = build_context(request, _tokenizer())
         seen["prefix"], seen["suffix"] = context.prefix, context.suffix
         return Completion("world", context, Generation([1], "world", "stop", GenerationStats()), Mode(False))
 

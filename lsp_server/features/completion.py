@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lsprotocol import types
 
+if TYPE_CHECKING:
+    from lsp_server.server import SpeclspServer
 
-def register(server) -> None:
+
+def register(server: SpeclspServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
-    async def completion(ls, params: types.CompletionParams) -> types.CompletionList:
+    async def completion(ls: SpeclspServer, params: types.CompletionParams) -> types.CompletionList:
         answer = await ls.service.complete("completion", params.text_document.uri, params.position)
         if answer is None:
             return types.CompletionList(is_incomplete=True, items=[])

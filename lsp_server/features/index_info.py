@@ -6,18 +6,21 @@ Answers ``{"state": "off" | "building" | "ready", "roots": [...], "files": [rela
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lsp_server.server import SpeclspServer
 
 INDEX_METHOD = "speclsp/index"
 
 
-def register(server) -> None:
+def register(server: SpeclspServer) -> None:
     @server.feature(INDEX_METHOD)
-    def index_info(ls, params: Any = None) -> dict[str, Any]:
-        index = ls.repo
+    def index_info(ls: SpeclspServer, params: Any = None) -> dict[str, Any]:
+        index = ls.index.repo
         if index is None:
-            building = getattr(ls, "repo_building", None) is not None and ls.settings.index_enabled
-            return {"state": "building" if building else "off", "roots": [], "files": [], "tokens": 0, "skipped": {}}
+            return {"state": ls.index.state(ls.settings.index_enabled), "roots": [], "files": [], "tokens": 0,
+                    "skipped": {}}
         return {"state": "ready", "roots": [str(root) for root in index.roots],
                 "files": sorted(index.relative(path) for path in index.paths()),
                 "tokens": index.tokens, "skipped": dict(index.skipped)}

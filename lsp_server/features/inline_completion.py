@@ -6,13 +6,18 @@ position encoding, shared case L5), or an empty list when there is nothing to of
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lsprotocol import types
 
+if TYPE_CHECKING:
+    from lsp_server.server import SpeclspServer
 
-def register(server) -> None:
+
+def register(server: SpeclspServer) -> None:
     # Registering with options makes pygls advertise inlineCompletionProvider in initialize.
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-    async def inline_completion(ls, params: types.InlineCompletionParams) -> types.InlineCompletionList:
+    async def inline_completion(ls: SpeclspServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
         automatic = params.context is not None and params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
         answer = await ls.service.complete("inlineCompletion", params.text_document.uri, params.position, automatic)
         if answer is None:

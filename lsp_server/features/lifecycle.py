@@ -11,28 +11,31 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
 from decoding.model_names import resolve_pair
-from lsp_server.indexing import rebuild_index, stop_index
 from lsp_server.progress import begin_progress
 from lsp_server.settings import parse_settings
 from lsp_server.worker import READY
 
-def _apply(ls, warnings: list[str]) -> list[str]:
+if TYPE_CHECKING:
+    from lsp_server.server import SpeclspServer
+
+def _apply(ls: SpeclspServer, warnings: list[str]) -> list[str]:
     """Apply settings that take effect at once (the trace file); returns ``warnings`` plus any problem."""
     problem = ls.tracer.set_trace_file(ls.settings.trace_file)
     return warnings + ([problem] if problem else [])
 
 
-def _warn(ls, warnings: list[str]) -> None:
+def _warn(ls: SpeclspServer, warnings: list[str]) -> None:
     for warning in warnings:
         ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=f"speclsp: {warning}"))
         ls.tracer.message(f"[speclsp] {warning}", types.MessageType.Warning)
 
 
-async def load_models(ls) -> None:
+async def load_models(ls: SpeclspServer) -> None:
     """Load the configured models on the worker, reporting progress to the client when it can."""
     loop = asyncio.get_running_loop()
     config = ls.settings.engine_config()
@@ -52,13 +55,11 @@ async def load_models(ls) -> None:
     ls.status.model_state("loading", f"loading {pair.target}", pair.target, pair.draft, config.device)
     state = await asyncio.wrap_future(ls.worker.load(config, on_stage))
     if state == READY:
-        engine = ls.worker.engine
-        draft = engine.draft.name if engine.draft is not None else "none"
-        message = (f"models ready: target={engine.target.name} on {engine.target.model.device} "
-                   f"({engine.target.model.dtype}), draft={draft}")
-        ls.status.model_state("ready", message, engine.target.name, draft, str(engine.target.model.device))
-        if engine.notice:
-            _warn(ls, [engine.notice])
+        loaded = ls.worker.loaded
+        message = f"models ready: target={loaded.target} on {loaded.device} ({loaded.dtype}), draft={loaded.draft}"
+        ls.status.model_state("ready", message, loaded.target, loaded.draft, loaded.device)
+        if loaded.notice:
+            _warn(ls, [loaded.notice])
     else:
         message = f"model loading failed: {ls.worker.error}"
         ls.status.model_state("error", message)
@@ -68,9 +69,9 @@ async def load_models(ls) -> None:
         ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
 
 
-def register(server) -> None:
+def register(server: SpeclspServer) -> None:
     @server.feature(types.INITIALIZE)
-    def initialize(ls, params: types.InitializeParams) -> None:
+    def initialize(ls: SpeclspServer, params: types.InitializeParams) -> None:
         ls.settings, warnings = parse_settings(params.initialization_options)
         if params.trace is not None:  # pygls only follows $/setTrace
             ls.protocol.trace = params.trace
@@ -78,28 +79,28 @@ def register(server) -> None:
         ls.pending_warnings = _apply(ls, warnings)
 
     @server.feature(types.INITIALIZED)
-    async def initialized(ls, params: types.InitializedParams) -> None:
-        _warn(ls, getattr(ls, "pending_warnings", []))
+    async def initialized(ls: SpeclspServer, params: types.InitializedParams) -> None:
+        _warn(ls, ls.pending_warnings)
         ls.tracer.message(f"[speclsp] position encoding: {ls.service.position_encoding}")
-        indexing = asyncio.ensure_future(rebuild_index(ls))
+        indexing = asyncio.ensure_future(ls.index.rebuild(ls))
         await load_models(ls)
         await indexing
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    async def did_change_configuration(ls, params: types.DidChangeConfigurationParams) -> None:
+    async def did_change_configuration(ls: SpeclspServer, params: types.DidChangeConfigurationParams) -> None:
         old = ls.settings
         ls.settings, warnings = parse_settings(params.settings, base=old)
         _warn(ls, _apply(ls, warnings))
         if ls.settings.index_config() != old.index_config():
-            asyncio.ensure_future(rebuild_index(ls))
+            asyncio.ensure_future(ls.index.rebuild(ls))
         if ls.settings.engine_config() != old.engine_config():
             await load_models(ls)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
-    async def did_change_workspace_folders(ls, params: types.DidChangeWorkspaceFoldersParams) -> None:
-        await rebuild_index(ls)  # pygls has already updated ls.workspace.folders
+    async def did_change_workspace_folders(ls: SpeclspServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
+        await ls.index.rebuild(ls)  # pygls has already updated ls.workspace.folders
 
     @server.feature(types.SHUTDOWN)
-    def shutdown(ls, *args) -> None:
-        stop_index(ls)
+    def shutdown(ls: SpeclspServer, *args) -> None:
+        ls.index.stop()
         ls.worker.shutdown()

@@ -15,7 +15,10 @@ No code text.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lsp_server.server import SpeclspServer
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,7 @@ class StatusBoard:
             log.debug("could not send %s", STATUS_METHOD, exc_info=True)
 
 
-def register(server) -> None:
+def register(server: SpeclspServer) -> None:
     @server.feature(STATUS_METHOD)
-    def status(ls, params: Any = None) -> dict[str, Any]:
+    def status(ls: SpeclspServer, params: Any = None) -> dict[str, Any]:
         return dict(ls.status.payload)

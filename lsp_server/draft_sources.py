@@ -1,0 +1,128 @@
+"""Draft sources: which texts the engine's n-gram store may draft from, and the prompt tokens kept
+between requests (the server's memory, as lsp-ai calls its equivalent backend).
+
+For one request the n-gram store holds:
+
+* the other open buffers (each at most ``MAX_SOURCE_CHARS``);
+* the repository files most similar to the cursor's surroundings; they stay in the store after
+  they leave that choice, within the store's token budget, because the file watcher reports their
+  changes (:meth:`DraftSources.file_changed`);
+* when the prompt holds only part of the document, the parts above and below its window. They do not
+  change while the user types inside the window (its start moves in steps), so the store keeps them
+  from keystroke to keystroke; they are searched, not indexed (indexing a large file takes hundreds
+  of milliseconds), and tokenised through the prompt encoder, which reuses the document's tokens.
+  With ``defer_cold_parts`` (the server), a large part seen for the first time is tokenised after the
+  answer (:meth:`DraftSources.warm_up`) instead of on the request's path.
+
+Every method takes the engine and runs on the model thread: this object is the only code that
+changes the engine's sources and caches (the engine checks the thread).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from decoding.engine import Engine
+from lsp_server.context import CompletionContext
+from lsp_server.documents import Document
+from lsp_server.prompt_tokens import PromptEncoder, SourceKey
+from lsp_server.repo_context import MAX_SOURCE_CHARS, Candidate
+from lsp_server.request import CompletionRequest
+
+COLD_PART_CHARS = 8_000  # a document part longer than this is first tokenised after the answer (deferring)
+_PARTS = ("above", "below")  # the document outside the prompt window
+
+
+class DraftSources:
+    """The n-gram sources and prompt tokens of one server (or one command-line run). Model thread only.
+
+    Args:
+        defer_cold_parts: tokenise a large document part seen for the first time in :meth:`warm_up`
+            (after the answer) rather than during the request; it is no draft source until then.
+    """
+
+    def __init__(self, defer_cold_parts: bool = False):
+        self.defer_cold_parts = defer_cold_parts
+        self._encoder: PromptEncoder | None = None
+        self._pending: list[tuple[SourceKey, str, tuple[SourceKey, int]]] = []  # (key, text, origin)
+
+    def encoder(self, engine: Engine) -> PromptEncoder:
+        """The prompt encoder for the engine's tokenizer (a new one when the models were replaced)."""
+        if self._encoder is None or self._encoder.tokenizer is not engine.tokenizer:
+            self._encoder = PromptEncoder(engine.tokenizer)
+            self._pending.clear()
+        return self._encoder
+
+    def document_opened(self, engine: Engine, document: Document) -> None:
+        """Tokenise a newly opened document ahead of its first request, whose prompt windows then
+        start from these tokens instead of tokenising up to 10 KB on its path."""
+        if len(document.text) <= MAX_SOURCE_CHARS:
+            self.encoder(engine).seed(SourceKey(document.uri), document.model_text)
+
+    def document_closed(self, engine: Engine, uri: str) -> None:
+        """Forget a closed document: its tokens, its n-gram sources (it never proposes its old text
+        again) and its KV caches."""
+        self.encoder(engine).forget(uri)
+        self._pending = [item for item in self._pending if item[0].uri != uri]
+        for part in ("document", *_PARTS):
+            engine.forget_source(SourceKey(uri, part))
+        engine.forget_cache(uri)
+
+    def file_changed(self, engine: Engine, uri: str) -> None:
+        """A file on disk changed (the index watcher): drop the n-gram source of its old text."""
+        engine.forget_source(SourceKey(uri))
+
+    def sync(self, engine: Engine, request: CompletionRequest, context: CompletionContext,
+             other_documents: list[Document], related: list[Candidate]) -> None:
+        """Make the engine's n-gram store hold this request's sources (see the module docstring).
+
+        Args:
+            other_documents: the other open buffers, most recently touched first.
+            related: the repository files and buffers chosen for the cursor
+                (:func:`lsp_server.repo_context.related_files`).
+        """
+        document = request.document
+        sources: dict[SourceKey, tuple[object, object]] = {}  # key -> (version, text or its tokens' getter)
+        for other in other_documents:
+            if other.uri != document.uri and len(other.text) <= MAX_SOURCE_CHARS:
+                sources[SourceKey(other.uri)] = (other.version, other.model_text)
+        open_keys = {SourceKey(document.uri), *(SourceKey(d.uri) for d in other_documents)}
+        repo_files = set()  # kept in the store after they leave the pool: the file watcher reports changes
+        for candidate in related:
+            key = SourceKey(candidate.uri)
+            if key not in sources and len(candidate.text) <= MAX_SOURCE_CHARS:
+                sources[key] = (candidate.version, candidate.text)
+                if key not in open_keys:
+                    repo_files.add(key)
+        parts = self._document_parts(engine, request, context, sources)
+        engine.sync_sources(sources, retain=repo_files, drop=open_keys, searched=parts)
+
+    def _document_parts(self, engine: Engine, request: CompletionRequest, context: CompletionContext,
+                        sources: dict) -> set[SourceKey]:
+        """Add the document's parts outside the prompt window to ``sources``; returns their keys."""
+        document = request.document
+        if not context.truncated or len(document.text) > MAX_SOURCE_CHARS:
+            return set()
+        full_prefix, full_suffix = document.model_split(request.offset)
+        above = full_prefix[: len(full_prefix) - len(context.prefix)]
+        below = full_suffix[len(context.suffix):]
+        encoder, whole = self.encoder(engine), SourceKey(document.uri)
+        parts = set()
+        for part, text, at in (("above", above, 0), ("below", below, -len(below))):  # found from the ends
+            if not text:
+                continue
+            key, origin = SourceKey(document.uri, part), (whole, at)
+            cold = not encoder.holds(key) and not encoder.holds(whole) and key not in engine.sources
+            if self.defer_cold_parts and cold and len(text) > COLD_PART_CHARS:
+                self._pending.append((key, text, origin))
+                continue
+            sources[key] = ((len(text), hash(text)), functools.partial(encoder.ids, key, text, origin))
+            parts.add(key)
+        return parts
+
+    def warm_up(self, engine: Engine) -> None:
+        """Tokenise the parts deferred by the last requests (call after answering)."""
+        encoder = self.encoder(engine)
+        pending, self._pending = self._pending, []
+        for key, text, origin in pending:
+            encoder.ids(key, text, origin)

@@ -1,0 +1,56 @@
+"""A completion request resolved once on the way in: everything below the service reads this value.
+
+The LSP position is converted to a code-point offset here and nowhere else (the answer's range is
+converted back once, by the service); the settings are a snapshot taken when the request arrived, so
+a configuration change during a generation does not change it halfway.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from lsprotocol import types
+from pygls.workspace.position_codec import PositionCodec
+
+from lsp_server.documents import Document
+from lsp_server.settings import Settings
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """One request for a completion at a cursor.
+
+    Offsets are code points into ``document.text``; ``line_prefix`` and ``line_suffix`` are the
+    document text between the cursor and its line's start and end (no line break).
+    """
+
+    document: Document  # the snapshot the request was made against
+    offset: int
+    line_prefix: str
+    line_suffix: str
+    settings: Settings
+    automatic: bool = False  # the editor asked on its own (typing), not on the user's explicit request
+    method: str = "complete"  # inlineCompletion | completion | complete (the CLI) | bench
+    request_id: int = 0  # ours, for logs
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
+
+    @property
+    def uri(self) -> str:
+        return self.document.uri
+
+
+def resolve_request(document: Document, position: types.Position, codec: PositionCodec,
+                    settings: Settings | None = None, **fields) -> CompletionRequest:
+    """The request for ``position`` (in ``codec``'s units) in ``document``.
+
+    Args:
+        fields: the other :class:`CompletionRequest` fields (``automatic``, ``method``, ``request_id``,
+            ``cancelled``).
+    Raises:
+        lsp_server.positions.PositionError: the position is not in the document.
+    """
+    line_start, offset, line_end = document.lines.locate(position, codec)
+    text = document.text
+    return CompletionRequest(document, offset, text[line_start:offset], text[offset:line_end],
+                             settings if settings is not None else Settings(), **fields)

@@ -1,0 +1,64 @@
+"""Settings are declared once (lsp_server.settings.Settings); every manifest that lists them is checked
+against that declaration, so adding a setting is one field plus regenerating the VS Code manifest."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from lsp_server.settings import Settings, camel, check_value, parse_settings, vscode_properties
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = [camel(spec.name) for spec in fields(Settings)]
+
+
+def test_the_vscode_manifest_is_the_generated_one():
+    """Regenerate with: python -m lsp_server.settings --vscode"""
+    manifest = json.loads((ROOT / "editors/vscode/package.json").read_text())
+    properties = manifest["contributes"]["configuration"]["properties"]
+    server = {key: value for key, value in properties.items() if key.split(".", 1)[1] in KEYS}
+    assert server == vscode_properties()
+    client_only = set(properties) - set(server)
+    assert client_only == {"speclsp.server.command", "speclsp.server.pythonPath", "speclsp.trace.server"}
+
+
+def test_the_vscode_extension_forwards_every_server_setting():
+    source = (ROOT / "editors/vscode/src/config.ts").read_text()
+    listed = re.search(r"SERVER_SETTINGS = \[(.*?)\] as const", source, re.S).group(1)
+    names = re.findall(r'"([A-Za-z]+)"', listed)
+    assert sorted(names) == sorted(KEYS)  # each once
+
+
+def test_the_readme_lists_every_setting_and_no_other():
+    readme = (ROOT / "README.md").read_text()
+    paragraph = readme[readme.index("Language server settings go in"):]
+    paragraph = paragraph[: paragraph.index("\n\n")]
+    listed = re.findall(r"`([a-z][A-Za-z]+)`", paragraph.split("camelCase:", 1)[1])
+    assert listed == KEYS
+
+
+def test_every_default_is_valid_and_each_bound_rejects_a_value():
+    for spec in fields(Settings):
+        assert check_value(spec, spec.default) is None, spec.name
+    by_name = {spec.name: spec for spec in fields(Settings)}
+    assert check_value(by_name["max_new_tokens"], 0) is not None
+    assert check_value(by_name["max_new_tokens"], 4097) is not None
+    assert check_value(by_name["max_new_tokens"], True) is not None  # a bool is no number
+    assert check_value(by_name["top_p"], 0.0) is not None  # exclusive minimum
+    assert check_value(by_name["drafter"], "magic") is not None
+    assert check_value(by_name["device"], "cuda:1") is None and check_value(by_name["device"], "gpu") is not None
+    assert check_value(by_name["model"], "  ") is not None
+    assert check_value(by_name["index_include"], ("a", 1)) is not None
+    with pytest.raises(ValueError, match="maxNewTokens"):
+        Settings(max_new_tokens=0)
+
+
+def test_a_setting_given_as_its_manifest_default_parses_to_the_dataclass_default():
+    defaults = {key.split(".", 1)[1]: value["default"] for key, value in vscode_properties().items()}
+    assert parse_settings(defaults) == (Settings(), [])
