@@ -101,8 +101,9 @@ def test_fim_prompts_are_the_servers_prompt_for_a_file_without_its_next_line():
         prefix_ids, suffix_ids = prompt[1:cut], prompt[cut + 1:-1]
         assert len(prefix_ids) <= 200 and 0 < len(suffix_ids) <= 60
         prefix, suffix = hf_tokenizer.decode(prefix_ids), hf_tokenizer.decode(suffix_ids)
-        assert missing.strip() and prefix.startswith(("def ", "    ")) and suffix.startswith("\n")
-        assert prefix + "\n" + missing + suffix in text
+        assert missing.strip() and suffix.startswith("\n")
+        at = text.find(prefix + "\n" + missing + suffix)
+        assert at == 0 or (at > 0 and text[at - 1] == "\n")  # the kept prefix starts at a line start
 
 
 def test_eval_models_quick_json_has_the_promised_figures():
