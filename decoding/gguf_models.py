@@ -109,7 +109,7 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from decoding.loading import load_tokenizer
+    from decoding.tokenizer_loading import load_tokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)

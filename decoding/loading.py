@@ -12,15 +12,14 @@ import logging
 from dataclasses import dataclass
 
 import torch
-from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase,
-                          PreTrainedTokenizerFast)
-from transformers.models.auto.tokenization_auto import get_tokenizer_config
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from decoding.capabilities import ModelCapabilities, read_capabilities
 from decoding.errors import ModelLoadError
 from decoding.generate import end_of_sequence_ids
 from decoding.gguf_models import Stage
 from decoding.model_names import model_location
+from decoding.tokenizer_loading import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -118,31 +117,6 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
     eos_ids = end_of_sequence_ids(model, tokenizer)
     capabilities = read_capabilities(tokenizer, eos_ids, location if local_only else None)
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, capabilities=capabilities)
-
-
-
-# tokenizer_config.json classes meaning "exactly what tokenizer.json says"
-_GENERIC_TOKENIZER_CLASSES = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
-
-
-def load_tokenizer(location: str, local_only: bool, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
-    """The tokenizer a model was trained with.
-
-    ``AutoTokenizer`` picks the class registered for the config's ``model_type`` over a generic class
-    declared in ``tokenizer_config.json`` for some model types (transformers 5 lists ``qwen2`` among
-    "incorrect hub tokenizer classes"), and ``Qwen2Tokenizer`` brings its own pre-tokenizer: digits one
-    by one, a newline split from the indentation after it. A model with its own ``tokenizer.json`` (the
-    starter pair, trained on ``tokenizers`` output) would then see token sequences it never saw in
-    training. So a declared generic class loads ``tokenizer.json`` as it is; any other goes through
-    ``AutoTokenizer``.
-
-    Raises:
-        OSError, ValueError: as ``from_pretrained`` does (no tokenizer files, bad JSON).
-    """
-    declared = get_tokenizer_config(location, local_files_only=local_only).get("tokenizer_class")
-    if declared in _GENERIC_TOKENIZER_CLASSES:
-        return PreTrainedTokenizerFast.from_pretrained(location, local_files_only=local_only)
-    return AutoTokenizer.from_pretrained(location, local_files_only=local_only, trust_remote_code=trust_remote_code)
 
 
 _PROBE_TEXT = "def main(argv):\n    return {'ok': [1, 2.5, \"é😀\"]}  # probe\n"

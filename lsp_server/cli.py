@@ -1,4 +1,7 @@
-"""The ``speclsp`` command: ``serve`` (the language server on stdio), ``complete``, ``train-starter``.
+"""The ``speclsp`` command: ``serve`` (the language server on stdio) and ``complete``, plus the commands
+that other packages register under the ``speclsp.commands`` entry point (``bench``, ``eval``,
+``train-starter``; see :func:`register_commands`). This module is the composition root: it imports
+none of those packages, only their entry points.
 
 ``speclsp complete FILE:LINE:COL`` takes a 1-based line and a 1-based column counted in characters
 (code points), as compilers print them, and prints the completion there. Logs and statistics go to
@@ -18,6 +21,7 @@ import os
 os.environ.setdefault("GOMP_SPINCOUNT", "30000")
 
 import argparse  # noqa: E402
+import importlib.metadata  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import sys  # noqa: E402
@@ -156,10 +160,47 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_train(args: argparse.Namespace) -> int:
-    from decoding.starter.train import main as train_main
+COMMANDS_GROUP = "speclsp.commands"  # entry points: name = the command, value = "module:add_parser"
 
-    return train_main(args.train_args)
+
+def _unavailable(name: str, error: Exception):
+    """A ``run`` for a command whose entry point failed: it reports the failure, for that command only."""
+    hint = " (install speclsp with the extras it needs: pip install 'speclsp[bench,training]')" \
+        if isinstance(error, ImportError) else ""
+
+    def run(args: argparse.Namespace) -> int:
+        raise UsageError(f"the '{name}' command is not available: {type(error).__name__}: {error}{hint}")
+    return run
+
+
+def register_commands(commands, entry_points=None) -> None:
+    """Add the commands registered under the ``speclsp.commands`` entry point group, sorted by name.
+
+    Each entry point names a function ``add_parser(commands)`` that adds its command to ``commands``
+    (an argparse subparsers object). One that cannot be imported, or whose ``add_parser`` fails, leaves a
+    command of that name that only reports the error (exit status 2), so ``serve`` and the other
+    commands still work.
+
+    Args:
+        entry_points: ``importlib.metadata.EntryPoint``-like objects (``name``, ``load()``); default:
+            those installed in the group.
+    """
+    if entry_points is None:
+        entry_points = importlib.metadata.entry_points(group=COMMANDS_GROUP)
+    for entry_point in sorted(entry_points, key=lambda ep: ep.name):
+        name = entry_point.name
+        if name in commands.choices:
+            continue  # a command is registered once
+        try:
+            entry_point.load()(commands)
+        except Exception as exc:  # a plugin's failure stays with its command
+            command = commands.choices.get(name)  # registered before its add_parser failed, or None
+            if command is None:
+                # No option prefix: every argument after the command, flags included, is left to it.
+                command = commands.add_parser(name, help=f"(not available: {type(exc).__name__})", add_help=False,
+                                              prefix_chars="\0")
+                command.add_argument("ignored", nargs=argparse.REMAINDER)
+            command.set_defaults(run=_unavailable(name, exc))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,18 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--json", action="store_true", help="print each completion's text, token ids and stats as JSON")
     comp.set_defaults(run=run_complete)
 
-    from lsp_server import bench
-
-    bench.add_parser(commands)
-
-    from decoding.starter import evaluate
-
-    evaluate.add_parser(commands)
-
-    train = commands.add_parser("train-starter", help="retrain the bundled starter models (see decoding.starter.train)",
-                                add_help=False)
-    train.add_argument("train_args", nargs=argparse.REMAINDER)
-    train.set_defaults(run=run_train)
+    register_commands(commands)
     return parser
 
 

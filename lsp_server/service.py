@@ -35,8 +35,8 @@ from lsp_server.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest, resolve_request
 from lsp_server.settings import Settings
 from lsp_server.syntax import parser_for
-from lsp_server.type_through import TypeThroughCache
 from lsp_server.tracing import RpcClock, Tracer
+from lsp_server.type_through import TypeThroughCache
 from lsp_server.worker import READY, ModelWorker
 
 

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from lsp_server.bench import corpus_files, cut_points, first_line, parses
+from bench.corpus import corpus_files
+from bench.cuts import cut_points, first_line, parses
 from tests.conftest import STARTER_FLAGS
 
 

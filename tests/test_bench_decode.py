@@ -36,7 +36,7 @@ def test_bench_decode_reports_every_workload_and_method(tmp_path):
 
 
 def test_cost_mode_times_each_k_relative_to_one_token(monkeypatch):
-    from decoding import bench_decode
+    from bench import decode as bench_decode
 
     monkeypatch.setitem(bench_decode.QWEN_SHAPES, "tiny", dict(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
@@ -52,7 +52,7 @@ def test_a_divergence_is_within_noise_only_where_the_lead_is_below_the_measured_
     no divergence."""
     from types import SimpleNamespace
 
-    from decoding.bench_decode import divergence_within_noise, replay_logits
+    from bench.decode import divergence_within_noise, replay_logits
     from tests.conftest import tiny_model
 
     model = tiny_model(seed=0)
@@ -75,7 +75,7 @@ def test_a_divergence_is_within_noise_only_where_the_lead_is_below_the_measured_
 
 
 def test_the_lookup_bound_counts_the_passes_of_the_best_lookup_in_hindsight():
-    from decoding.bench_decode import lookup_bound_passes
+    from bench.decode import lookup_bound_passes
 
     prompt = [5, 6, 7, 8, 9, 10, 11, 12, 5]
     # A copy of the prompt after its first token: 8 tokens, k = 3 -> two full rounds of 3 + 1.
@@ -91,7 +91,7 @@ def test_no_ngram_drafter_beats_the_lookup_bound():
     needs fewer passes (a bound computed too high, e.g. over later tokens, fails this)."""
     import random
 
-    from decoding.bench_decode import lookup_bound_passes
+    from bench.decode import lookup_bound_passes
     from decoding.drafters.base import DraftContext
     from decoding.drafters.ngram import NgramDrafter
 

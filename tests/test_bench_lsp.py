@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from lsp_server.bench_lsp import percentile, pick_functions, summarize
+from bench.lsp import percentile, pick_functions, summarize
 from tests.conftest import STARTER_FLAGS
 
 

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from bench.corpus import stdlib_root
 from tests.conftest import STARTER_FLAGS
 
-from decoding.starter.data import stdlib_root
 
 HELD_OUT_FILE = stdlib_root() / "json" / "decoder.py"
 
@@ -104,3 +104,52 @@ def test_without_model_packs_the_defaults_fall_back_to_the_starter_and_say_how_t
     assert result.returncode == 0, result.stderr
     assert "loading target model starter" in result.stderr and "loading draft model starter-draft" in result.stderr
     assert "note: the real code models" in result.stderr and INSTALL_COMMAND in result.stderr
+
+
+def test_bench_eval_and_train_commands_come_from_their_entry_points():
+    """The installed ``speclsp.commands`` entry points register every command and its subcommands
+    (a stale install without them fails here: reinstall with pip install -e .)."""
+    from bench import cuts, decode, lsp
+    from lsp_server.cli import build_parser
+    from training import evaluate
+
+    parser = build_parser()
+    assert parser.parse_args(["bench", "cuts", "--cuts", "2"]).run is cuts.run
+    assert parser.parse_args(["bench", "lsp", "--quick"]).run is lsp.run
+    assert parser.parse_args(["bench", "decode", "--quick", "--methods", "ngram"]).run is decode.run
+    assert parser.parse_args(["eval", "models", "--quick", "--json"]).run is evaluate.run_models
+    train = parser.parse_args(["train-starter", "--target-minutes", "1", "--help"])  # all for training.train
+    assert train.train_args == ["--target-minutes", "1", "--help"] and callable(train.run)
+
+
+class _FailingRegistration:
+    """An entry point whose module loads but whose ``add_parser`` fails after adding its command."""
+
+    name = "half"
+
+    def load(self):
+        def add_parser(commands):
+            commands.add_parser("half")
+            raise RuntimeError("registration failed")
+        return add_parser
+
+
+def test_a_command_whose_plugin_fails_reports_it_and_the_other_commands_work(monkeypatch, capsys):
+    import importlib.metadata
+
+    from lsp_server import cli
+
+    group = cli.COMMANDS_GROUP
+    installed = [importlib.metadata.EntryPoint(name="broken", value="no_such_speclsp_plugin:add_parser", group=group),
+                 importlib.metadata.EntryPoint(name="bench", value="bench.commands:add_parser", group=group),
+                 _FailingRegistration()]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: installed)
+    parser = cli.build_parser()
+    assert parser.parse_args(["serve"]).run is cli.run_serve
+    assert parser.parse_args(["bench", "cuts"]).run.__module__ == "bench.cuts"
+    assert cli.main(["broken", "--any", "flags"]) == 2
+    error = capsys.readouterr().err
+    assert "the 'broken' command is not available: ModuleNotFoundError" in error and "no_such_speclsp_plugin" in error
+    assert "pip install 'speclsp[bench,training]'" in error
+    assert cli.main(["half"]) == 2
+    assert "the 'half' command is not available: RuntimeError: registration failed" in capsys.readouterr().err

@@ -6,11 +6,11 @@ import pytest
 import torch
 from lsprotocol import types
 
+from bench.corpus import read_texts, stdlib_files
 from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramDrafter
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import GenerationConfig, _Output
-from decoding.starter.data import read_texts, stdlib_files
 from lsp_server.completer import complete, postprocess
 from lsp_server.completion_mode import decide_mode
 from lsp_server.context import build_context

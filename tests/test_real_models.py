@@ -25,6 +25,7 @@ import torch
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+from bench.cuts import cut_points
 from decoding.capabilities import FimTokens
 from decoding.engine import DRAFTER_MODES, Engine, EngineConfig
 from decoding.generate import GenerationConfig
@@ -32,7 +33,6 @@ from decoding.gguf_models import MARKER, pack_model_dir
 from decoding.loading import load_tokenizer
 from decoding.model_names import pack_available
 from decoding.model_packs import INSTALL_COMMAND, PACKS
-from lsp_server.bench import cut_points
 from lsp_server.cli import cut_hole
 from lsp_server.completer import complete
 from lsp_server.documents import Document

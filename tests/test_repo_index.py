@@ -11,13 +11,13 @@ import pytest
 from lsprotocol import types
 
 from lsp_server.context import build_context
-from lsp_server.request import resolve_request
-from lsp_server.settings import Settings
 from lsp_server.documents import Document
 from lsp_server.file_watch import IndexWatcher
 from lsp_server.positions import codec_for
 from lsp_server.repo_context import Candidate, candidates, select_snippets
 from lsp_server.repo_index import IndexConfig, RepoIndex, identifiers, is_secret
+from lsp_server.request import resolve_request
+from lsp_server.settings import Settings
 
 
 def write(root: Path, relative: str, data: str | bytes) -> Path:

@@ -2,7 +2,7 @@
 
 The weights live in ``decoding/starter/models/{target,draft}`` as ordinary Hugging Face model
 directories (``config.json``, ``model.safetensors``, ``tokenizer.json``), so they load with the same
-code path as any hub model. ``python -m decoding.starter.train`` (or ``speclsp train-starter``)
+code path as any hub model. ``python -m training.train`` (or ``speclsp train-starter``)
 reproduces them.
 """
 

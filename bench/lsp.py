@@ -31,7 +31,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-from decoding.starter.data import DEFAULT_HELD_OUT, read_texts, stdlib_files
+from bench.corpus import DEFAULT_HELD_OUT, read_texts, stdlib_files
 from lsp_server.completion_mode import decide_mode, suppresses_automatic
 
 

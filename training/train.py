@@ -3,7 +3,7 @@
 Reproducible up to the time budget: seeds are fixed, and ``--max-steps`` pins the number of steps
 when exact reproduction matters (the time budget alone stops wherever the machine got to).
 
-    python -m decoding.starter.train --target-minutes 20 --draft-minutes 7
+    python -m training.train --target-minutes 20 --draft-minutes 7
 
 Writes ``OUT/target`` and ``OUT/draft`` (default: the package's ``models`` directory), each a
 Hugging Face model directory with bf16 safetensors weights, the shared tokenizer, a model card
@@ -27,18 +27,10 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from bench.corpus import DEFAULT_HELD_OUT, held_out_texts, read_texts, stdlib_files
 from decoding.starter import MODELS_DIR, SPECIAL_TOKENS
-from decoding.starter.induction import install_previous_token_head
-from decoding.starter.data import (
-    DEFAULT_HELD_OUT,
-    ExampleMaker,
-    ExampleMix,
-    chunk_text,
-    read_texts,
-    site_packages_files,
-    stdlib_files,
-    train_tokenizer,
-)
+from training.data import ExampleMaker, ExampleMix, chunk_text, site_packages_files, train_tokenizer
+from training.induction import install_previous_token_head
 
 
 @dataclass(frozen=True)
@@ -206,7 +198,7 @@ class CopyProbe:
     """A few held-out copy prompts scored during training, to watch copying (induction) appear."""
 
     def __init__(self, tokenizer, samples: int = 8, window: int = 16):
-        from decoding.starter.evaluate import EvalConfig, copy_prompts, held_out_texts
+        from training.evaluate import EvalConfig, copy_prompts
 
         cfg = EvalConfig(copy_samples=samples, window=window)
         self.window = window
@@ -215,7 +207,7 @@ class CopyProbe:
     @torch.inference_mode()
     def __call__(self, model) -> float:
         """Mean prefix-match fraction of greedy continuations (see ``evaluate.copy_prompts``)."""
-        from decoding.starter.evaluate import _greedy, _prefix_match
+        from training.evaluate import _greedy, _prefix_match
 
         was_training = model.training
         model.eval()
@@ -415,7 +407,7 @@ def model_card(name: str, info: dict) -> str:
         f"# speclsp starter {name}",
         "",
         f"A {info['parameters'] / 1e6:.2f}M-parameter Qwen2-architecture code model, trained from scratch "
-        "by `python -m decoding.starter.train` on this interpreter's standard-library `.py` files "
+        "by `python -m training.train` on this interpreter's standard-library `.py` files "
         f"(tests excluded; held out for evaluation: {', '.join(info['held_out_packages'])})"
         + (" and the installed packages' `.py` files" if (info.get("data_sources") or {}).get("site_packages_files") else "")
         + ".",
@@ -423,7 +415,7 @@ def model_card(name: str, info: dict) -> str:
         "",
         *([("The first heads of layer 0 (and of other layers, where `previous_token_distances` lists "
             "LAYER:DISTANCE) were built as previous-token heads, one per distance, before training "
-            "(`decoding.starter.induction`), so that copying (induction) forms early; phases with "
+            "(`training.induction`), so that copying (induction) forms early; phases with "
             "`source_weight` 0 train only on reproducing text seen earlier in the sequence."), ""]
           if any(r.get("previous_token_head") for r in info.get("runs", [])) else []),
         "| field | value |",
@@ -510,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="continue from the models (and tokenizer) in this directory instead of training "
                              "from scratch; the training record accumulates steps and tokens")
     parser.add_argument("--previous-token-head", choices=("fresh", "always", "never"), default="fresh",
-                        help="build a previous-token head in layer 0 (decoding.starter.induction): for models "
+                        help="build a previous-token head in layer 0 (training.induction): for models "
                              "trained from scratch (fresh, the default), also over a trained head (always), or never")
     parser.add_argument("--previous-token-distances", type=_distances, default=((0, 1),),
                         help="distances of the built heads, one query head each from head 0 on in its layer: "
@@ -615,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
                       after_step=keep_head if built_head else None, data_workers=args.data_workers)
         if args.induction_steps > 0 and checkpoint_step(checkpoint) < args.induction_steps:
             # An induction-forming phase: random-token repeats only, where nothing but copying from the
-            # context lowers the loss (see the README's "Training the starter pair" for the measurement).
+            # context lowers the loss (see training/README.md for the measurement).
             induction_maker = ExampleMaker(tokenizer.backend_tokenizer, ExampleMix(fim=0.0, copy=0.0, random_repeat=1.0),
                                            rng, source_weight=0.0)
             train_model(model, Batches(chunks, induction_maker, args.context, rng),
@@ -655,6 +647,15 @@ def main(argv: list[str] | None = None) -> int:
         (out_dir / "README.md").write_text(model_card(name, record))
         print(f"{name}: {json.dumps(record)}", file=sys.stderr)
     return 0
+
+
+def add_parser(commands) -> None:
+    """Register ``speclsp train-starter`` (the arguments of :func:`main`) on an argparse subparsers object."""
+    # No option prefix here: every argument after the command, --help included, goes to main's own parser.
+    train = commands.add_parser("train-starter", help="retrain the bundled starter models (see training.train)",
+                                add_help=False, prefix_chars="\0")
+    train.add_argument("train_args", nargs=argparse.REMAINDER)
+    train.set_defaults(run=lambda args: main(args.train_args))
 
 
 if __name__ == "__main__":

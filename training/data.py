@@ -1,7 +1,8 @@
 """Training data for the starter pair: the running interpreter's standard library.
 
 The corpus is every ``.py`` file under ``sysconfig.get_paths()["stdlib"]`` except tests, site-packages,
-IDLE and the held-out packages (``json/`` and ``email/`` by default), which are kept for evaluation.
+IDLE and the held-out packages (``json/`` and ``email/`` by default), which are kept for evaluation
+(:mod:`bench.corpus` lists both sides).
 
 Examples are built from chunks of files in three shapes:
 
@@ -31,37 +32,10 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from bench.corpus import SKIP_DIRS, rename_identifier
 from decoding.starter import SPECIAL_TOKENS
 
-DEFAULT_HELD_OUT = ("json", "email")
 PYTHON_WORDS = frozenset(keyword.kwlist) | {"self"}  # never chosen as a name to rename
-_SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "__pycache__", "turtledemo", "lib2to3"}
-
-
-def stdlib_root() -> Path:
-    """The standard-library directory of the running interpreter."""
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def stdlib_files(held_out: tuple[str, ...] = DEFAULT_HELD_OUT, *, want_held_out: bool = False) -> list[Path]:
-    """Sorted ``.py`` files of the standard library, excluding tests.
-
-    Args:
-        held_out: top-level package names kept out of training.
-        want_held_out: return only the held-out packages' files instead of the training files.
-    """
-    root = stdlib_root()
-    found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("test"))
-        rel = Path(dirpath).relative_to(root)
-        top = rel.parts[0] if rel.parts else ""
-        if (top in held_out) != want_held_out:
-            continue
-        for name in sorted(filenames):
-            if name.endswith(".py") and not name.startswith("test_"):
-                found.append(Path(dirpath) / name)
-    return found
 
 
 def site_packages_files(max_bytes: int = 300_000) -> list[Path]:
@@ -73,30 +47,14 @@ def site_packages_files(max_bytes: int = 300_000) -> list[Path]:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(
                 d for d in dirnames
-                if d not in _SKIP_DIRS and not d.startswith("test") and not d.endswith(".dist-info")
-                and d not in ("_vendor", "vendored", "decoding", "lsp_server")
+                if d not in SKIP_DIRS and not d.startswith("test") and not d.endswith(".dist-info")
+                and d not in ("_vendor", "vendored", "decoding", "lsp_server", "training", "bench")
             )
             for name in sorted(filenames):
                 path = Path(dirpath) / name
                 if name.endswith(".py") and not name.startswith("test_") and path.stat().st_size <= max_bytes:
                     found.append(path)
     return found
-
-
-def rename_identifier(text: str, name: str, new_name: str) -> str:
-    """``text`` with every whole-word occurrence of ``name`` replaced by ``new_name``."""
-    return re.sub(rf"\b{re.escape(name)}\b", new_name, text)
-
-
-def read_texts(paths: list[Path]) -> list[str]:
-    """Decoded file texts (UTF-8, undecodable files skipped), line endings normalised to ``\\n``."""
-    texts = []
-    for path in paths:
-        try:
-            texts.append(path.read_text(encoding="utf-8").replace("\r\n", "\n"))
-        except (UnicodeDecodeError, OSError):
-            continue
-    return texts
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:

@@ -12,8 +12,9 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
+from bench.corpus import rename_identifier
 from decoding.starter import SPECIAL_TOKENS, TARGET_DIR
-from decoding.starter.data import ExampleMaker, ExampleMix, rename_identifier
+from training.data import ExampleMaker, ExampleMix
 
 CHUNK = ("def total(values, start=0):\n    result = start\n    for value in values:\n        result += value\n"
          "    return result\n\n\ndef mean(values):\n    count = len(values)\n    return total(values) / count\n")
@@ -83,6 +84,28 @@ def test_span_repeats_weigh_only_the_repeat_when_asked(tokenizer):
         ExampleMix(fim=0.5, copy=0.3, span_repeat=0.3)
 
 
+def test_fim_prompts_are_the_servers_prompt_for_a_file_without_its_next_line():
+    """Each FIM cut: the server's PSM prompt (budgets in tokens) with the cursor at the end of a line and
+    the next line (the expected answer) missing; before and after it, the file's own text."""
+    from bench.workloads import fim_prompts
+    from decoding.loading import load_tokenizer
+
+    hf_tokenizer = load_tokenizer(str(TARGET_DIR), local_only=True)
+    special = hf_tokenizer.get_added_vocab()
+    text = "".join(f"def step_{i}(x):\n    return x * {i} + {i % 7}\n\n" for i in range(400))
+    pairs = fim_prompts([text], hf_tokenizer, 12, random.Random(0), prefix_tokens=200, suffix_tokens=60)
+    assert len(pairs) == 12
+    for prompt, missing in pairs:
+        assert prompt[0] == special["<|fim_prefix|>"] and prompt[-1] == special["<|fim_middle|>"]
+        cut = prompt.index(special["<|fim_suffix|>"])
+        prefix_ids, suffix_ids = prompt[1:cut], prompt[cut + 1:-1]
+        assert len(prefix_ids) <= 200 and 0 < len(suffix_ids) <= 60
+        prefix, suffix = hf_tokenizer.decode(prefix_ids), hf_tokenizer.decode(suffix_ids)
+        assert missing.strip() and suffix.startswith("\n")
+        at = text.find(prefix + "\n" + missing + suffix)
+        assert at == 0 or (at > 0 and text[at - 1] == "\n")  # the kept prefix starts at a line start
+
+
 def test_eval_models_quick_json_has_the_promised_figures():
     done = subprocess.run([sys.executable, "-m", "lsp_server.cli", "eval", "models", "--quick", "--json"],
                           capture_output=True, text=True, timeout=600)
@@ -103,7 +126,7 @@ def test_previous_token_head_attends_to_the_previous_token(heads, kv_heads, head
     untouched heads of the same layer do not (the check can fail)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from decoding.starter.induction import install_previous_token_head
+    from training.induction import install_previous_token_head
 
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=64, hidden_size=32 * heads, intermediate_size=64, num_hidden_layers=2,
@@ -123,7 +146,7 @@ def test_previous_token_head_attends_to_the_previous_token(heads, kv_heads, head
 def test_previous_token_head_rejects_bad_arguments():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from decoding.starter.induction import install_previous_token_head
+    from training.induction import install_previous_token_head
 
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
                                          num_attention_heads=2, num_key_value_heads=1))
@@ -141,7 +164,7 @@ def test_heads_built_for_distances_one_to_three_share_a_key_and_look_that_far_ba
     the wrong one fails)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from decoding.starter.induction import install_previous_token_head
+    from training.induction import install_previous_token_head
 
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=64, hidden_size=192, intermediate_size=64, num_hidden_layers=1,
@@ -186,7 +209,7 @@ class _LookupModel(torch.nn.Module):
 def test_induction_score_separates_a_copier_from_a_non_copier():
     from transformers import AutoTokenizer
 
-    from decoding.starter.evaluate import induction_score
+    from training.evaluate import induction_score
 
     tokenizer = AutoTokenizer.from_pretrained(TARGET_DIR)
     vocab = len(tokenizer)
@@ -198,7 +221,7 @@ def test_induction_score_separates_a_copier_from_a_non_copier():
 def test_induction_by_id_quarter_finds_a_copier_that_fails_on_rare_ids():
     from transformers import AutoTokenizer
 
-    from decoding.starter.evaluate import induction_by_id_quarter, induction_score
+    from training.evaluate import induction_by_id_quarter, induction_score
 
     tokenizer = AutoTokenizer.from_pretrained(TARGET_DIR)
     vocab = len(tokenizer)

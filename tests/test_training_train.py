@@ -13,8 +13,8 @@ from tokenizers import Tokenizer
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from decoding.starter import TARGET_DIR
-from decoding.starter.data import ExampleMaker, ExampleMix
-from decoding.starter.train import (Batches, TrainConfig, batch_source, check_lineage, checkpoint_step, train_model,
+from training.data import ExampleMaker, ExampleMix
+from training.train import (Batches, TrainConfig, batch_source, check_lineage, checkpoint_step, train_model,
                                    untie_embeddings)
 
 CHUNKS = ["def total(values, start=0):\n    result = start\n    for value in values:\n        result += value\n"
@@ -85,7 +85,7 @@ def test_learning_rate_warms_up_again_when_a_resumed_run_changes_phase(tokenizer
 def test_distillation_fits_the_teacher_distribution_not_the_data(tokenizer):
     """With a teacher, the loss is KL(teacher || model): the student moves toward the teacher's
     distributions (and the KL, unlike a cross-entropy with the data, can reach zero)."""
-    from decoding.starter.train import _distillation_loss
+    from training.train import _distillation_loss
 
     vocab = tokenizer.get_vocab_size()
     teacher = tiny_model(vocab)

@@ -20,11 +20,12 @@ default), which no starter model trains on. All decoding here is plain greedy de
   priors a model can lean on; random ids have none, so this measures in-context copying (an induction
   head, Olsson et al. 2022) alone. A model without one scores near 0. ``induction_by_id_quarter``
   splits the target's score by the copied id's quarter of the vocabulary (rarer tokens last).
-* ``fim_exact_match``: PSM fill-in-the-middle (``<|fim_prefix|>``...``<|fim_middle|>``) with the cursor
-  at the end of a line, the next (non-blank) line missing; exact match of the first generated line
-  with it (indentation included), at ``fim_cuts`` cut points. The cursor sits where tokens end: a cut
-  inside indentation would split a token the model only ever saw whole (``"\n   "``), and a model
-  that does not back off over it (token healing) starts a new line instead.
+* ``fim_exact_match``: fill-in-the-middle with the cursor at the end of a line, the next (non-blank) line
+  missing, the prompt built by the server's own prompt builder (:func:`bench.workloads.fim_prompts`:
+  PSM, ``<|fim_prefix|>``...``<|fim_middle|>``, 768 tokens before the cursor, 256 after); exact match
+  of the first generated line with it (indentation included), at ``fim_cuts`` cut points. The cursor
+  sits where tokens end: a cut inside indentation would split a token the model only ever saw whole
+  (``"\n   "``), and a model that does not back off over it (token healing) starts a new line instead.
 * ``timing_ms``: the cost of one decode step and of verifying 8 tokens with the target, and of one
   draft decode step, all with a 512-token cache, median of repetitions (ms, this machine).
 """
@@ -39,7 +40,9 @@ from dataclasses import dataclass
 
 import torch
 
-from decoding.starter.data import DEFAULT_HELD_OUT, PYTHON_WORDS, read_texts, rename_identifier, stdlib_files
+from bench.corpus import DEFAULT_HELD_OUT, held_out_texts, rename_identifier
+from bench.workloads import fim_prompts
+from training.data import PYTHON_WORDS
 
 _IDENTIFIER = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 _KEYWORDS = PYTHON_WORDS | {"cls", "print", "len", "str", "int", "dict", "list", "set", "tuple", "isinstance"}
@@ -63,11 +66,6 @@ class EvalConfig:
     @classmethod
     def quick(cls) -> "EvalConfig":
         return cls(copy_samples=20, edit_samples=20, fim_cuts=20, loss_windows=8, induction_runs=4)
-
-
-def held_out_texts(held_out: tuple[str, ...] = DEFAULT_HELD_OUT) -> list[str]:
-    """Texts of the held-out packages' files, sorted by path, blank-only files dropped."""
-    return [t for t in read_texts(stdlib_files(held_out, want_held_out=True)) if t.strip()]
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -172,45 +170,6 @@ def _new_name(name: str, taken: set[str], rng: random.Random) -> str:
         if candidate not in taken and candidate not in _KEYWORDS:
             return candidate
     return f"{name}_renamed"
-
-
-def fim_prompts(texts: list[str], tokenizer, cfg: EvalConfig, rng: random.Random,
-                prefix_tokens: int = 768, suffix_tokens: int = 256) -> list[tuple[list[int], str]]:
-    """(prompt ids, missing line) pairs: PSM prompts with the cursor at the end of the line before it."""
-    fim = {name: tokenizer.convert_tokens_to_ids(name) for name in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")}
-    pairs = []
-    while len(pairs) < cfg.fim_cuts:
-        text = rng.choice(texts)
-        lines = text.splitlines(keepends=True)
-        index = rng.randrange(1, len(lines)) if len(lines) > 1 else 0
-        line = lines[index]
-        if not index or not line.strip() or not lines[index - 1].endswith("\n"):
-            continue
-        start = sum(len(item) for item in lines[:index])
-        cursor = start - 1  # before the newline that ends the previous line
-        end = start + len(line.rstrip("\n"))
-        # Whole lines within the budgets, as the server's context builder keeps them.
-        prefix_ids = _whole_lines(tokenizer, text[:cursor], prefix_tokens, from_end=True)
-        suffix_ids = _whole_lines(tokenizer, text[end:], suffix_tokens, from_end=False)
-        prompt = [fim["<|fim_prefix|>"], *prefix_ids, fim["<|fim_suffix|>"], *suffix_ids, fim["<|fim_middle|>"]]
-        pairs.append((prompt, line.rstrip("\n")))
-    return pairs
-
-
-def _whole_lines(tokenizer, text: str, budget: int, from_end: bool) -> list[int]:
-    """Ids of the most lines of ``text`` from its end (or start) that fit ``budget`` tokens."""
-    ids = _encode(tokenizer, text)
-    if len(ids) <= budget:
-        return ids
-    lines = text.splitlines(keepends=True)
-    kept = len(lines)
-    while kept > 1:
-        kept = max(1, kept * 3 // 4) if kept > 8 else kept - 1
-        part = "".join(lines[-kept:] if from_end else lines[:kept])
-        ids = _encode(tokenizer, part)
-        if len(ids) <= budget:
-            return ids
-    return ids[-budget:] if from_end else ids[:budget]
 
 
 def _continuation_score(model, pairs: list[tuple[list[int], list[int]]], window: int) -> float:
@@ -355,7 +314,7 @@ def evaluate_pair(target, draft, tokenizer, cfg: EvalConfig, held_out: tuple[str
     result["induction_by_id_quarter"] = induction_by_id_quarter(target, tokenizer, cfg.induction_runs,
                                                                 cfg.induction_length, cfg.seed)
     note("fim")
-    cuts = fim_prompts(texts, tokenizer, cfg, random.Random(cfg.seed + 2))
+    cuts = fim_prompts(texts, tokenizer, cfg.fim_cuts, random.Random(cfg.seed + 2))
     result["fim_exact_match"] = fim_exact_match(target, tokenizer, cuts)
     result["draft_fim_exact_match"] = fim_exact_match(draft, tokenizer, cuts)
     note("timing")

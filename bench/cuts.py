@@ -9,10 +9,10 @@ plain greedy decoding (``none``, run first; without it, the first drafter listed
 what would be inserted: the share of non-empty completions, the share that are non-empty and after whose
 insertion the file still parses (Python's ``ast``), and the share whose first line equals the removed text's first line.
 
-Corpora (``--corpus``): ``stdlib`` (the held-out packages of the standard library, which real models
-have seen in training), ``2026`` (files first written in 2026, by their copyright line, of the installed
-transformers and huggingface_hub, outside ``transformers/models`` whose model files copy each other:
-code the Qwen2.5-Coder models, trained in 2024, cannot have seen), or a directory of ``.py`` files.
+Corpora (``--corpus``, :mod:`bench.corpus`): ``stdlib`` (the held-out packages of the standard library,
+which real models have seen in training), ``2026`` (files first written in 2026, by their copyright line,
+of the installed transformers and huggingface_hub, outside ``transformers/models`` whose model files copy
+each other: code the Qwen2.5-Coder models, trained in 2024, cannot have seen), or a directory of ``.py`` files.
 
 A measurement command, not a test: it times this machine.
 """
@@ -21,57 +21,24 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import json
 import random
 import statistics
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 from lsprotocol import types
 
+from bench.corpus import corpus_files
 from decoding.engine import DRAFTER_MODES, Engine
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS
-from decoding.starter.data import DEFAULT_HELD_OUT, stdlib_files
 from lsp_server.cli import cut_hole
 from lsp_server.completer import complete
 from lsp_server.documents import Document
 from lsp_server.positions import codec_for
+from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
-
-
-_COPYRIGHT_HEAD_CHARS = 600  # where a file's copyright line is looked for
-
-
-def corpus_files(corpus: str) -> list[Path]:
-    """The ``.py`` files of a corpus (see the module docstring), sorted.
-
-    Raises:
-        ValueError: an unknown corpus, or one with no files.
-    """
-    if corpus == "stdlib":
-        return stdlib_files(DEFAULT_HELD_OUT, want_held_out=True)
-    if corpus == "2026":
-        roots = [Path(spec.origin).parent for name in ("transformers", "huggingface_hub")
-                 if (spec := importlib.util.find_spec(name)) is not None and spec.origin]
-        paths = []
-        for root in roots:
-            for path in sorted(root.rglob("*.py")):
-                if "models" in path.relative_to(root).parts[:1] or "__pycache__" in path.parts:
-                    continue
-                with open(path, encoding="utf-8", errors="replace") as source:
-                    if "Copyright 2026" in source.read(_COPYRIGHT_HEAD_CHARS):
-                        paths.append(path)
-    else:
-        root = Path(corpus).expanduser()
-        if not root.is_dir():
-            raise ValueError(f"--corpus must be stdlib, 2026 or a directory of .py files; {corpus!r} is none of them")
-        paths = sorted(root.rglob("*.py"))
-    if not paths:
-        raise ValueError(f"corpus {corpus!r} has no .py files here")
-    return paths
 
 
 def parses(text: str) -> bool:
@@ -131,14 +98,14 @@ def run(args: argparse.Namespace) -> int:
     rows: dict[str, list[dict]] = {d: [] for d in drafters}
     for index, (document, position) in enumerate(points):
         holed, removed = cut_hole(document, position, codec, args.cut_lines)
-        offset = holed.lines.offset_at(position, codec)
         reference = None
         for drafter in drafters:  # interleaved: every drafter completes this cut before the next cut
             engine.reset_caches()
             settings = replace(base, drafter=drafter, max_new_tokens=args.max_new_tokens,
                                max_draft_tokens=args.max_draft_tokens, draft_min_confidence=args.draft_min_confidence)
             started = time.perf_counter()
-            completion = complete(engine, holed, position, codec, settings)
+            request = resolve_request(holed, position, codec, settings)
+            completion = complete(engine, request)
             latency_ms = 1000 * (time.perf_counter() - started)
             generation = completion.generation
             stats = generation.stats
@@ -150,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
                 "accepted": stats.accepted, "decode_ms": decode_ms, "total_ms": stats.ms["total"],
                 "latency_ms": latency_ms, "identical": generation.token_ids == reference,
                 "non_empty": bool(inserted.strip()),
-                "parses": bool(inserted.strip()) and parses(holed.text[:offset] + inserted + holed.text[offset:]),
+                "parses": bool(inserted.strip()) and parses(holed.text[:request.offset] + inserted + holed.text[request.offset:]),
                 "first_line_exact": bool(inserted.strip()) and first_line(inserted) == first_line(removed),
             })
         print(f"cut {index + 1}/{args.cuts}: {document.uri.rsplit('/', 2)[-2:]} line {position.line + 1}",
@@ -193,9 +160,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(commands) -> None:
-    bench = commands.add_parser("bench", help="measurements on this machine")
-    kinds = bench.add_subparsers(dest="bench", required=True)
+def add_parser(kinds) -> None:
+    """Register ``speclsp bench cuts`` on the ``bench`` command's subparsers object."""
     cuts = kinds.add_parser("cuts", help="complete holes cut into held-out files, per drafter: speed and quality")
     cuts.add_argument("--corpus", default="stdlib", help="stdlib, 2026 (code written after the models' training) "
                                                          "or a directory of .py files")
@@ -212,8 +178,3 @@ def add_parser(commands) -> None:
     cuts.add_argument("--seed", type=int, default=0)
     cuts.add_argument("--json", action="store_true")
     cuts.set_defaults(run=run)
-    from decoding import bench_decode
-    from lsp_server import bench_lsp
-
-    bench_lsp.add_parser(kinds)
-    bench_decode.add_parser(kinds)

@@ -1,11 +1,12 @@
 """``speclsp bench decode``: our decoding paths against transformers ``generate``, per workload.
 
-Workloads, built at run time from held-out standard-library files (code nobody here wrote):
+Workloads, built at run time from held-out standard-library files (code nobody here wrote;
+:mod:`bench.workloads`):
 
 * ``edit``: a function, then a comment asking for it again with one identifier renamed, then the
   renamed function's first line; the output rewrites the function (the text being rewritten is the
   draft);
-* ``fim``: fill-in-the-middle at cut points (PSM prompts, as the server builds them);
+* ``fim``: fill-in-the-middle at cut points (the server's own prompt builder);
 * ``entropy``: a held-out chunk's tokens shuffled: text where drafts rarely match.
 
 Rows (same target, prompts and max tokens, greedy, end-of-sequence off so every method writes the
@@ -35,8 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
-import re
 import statistics
 import sys
 import time
@@ -44,58 +43,13 @@ from pathlib import Path
 
 import torch
 
+from bench.workloads import workloads
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
 from decoding.kv_cache import KVCacheState
-from decoding.starter.data import rename_identifier
-from decoding.starter.evaluate import EvalConfig, fim_prompts, held_out_texts
 
 OURS = ("none", "ngram", "tree", "model", "auto")
 THEIRS = ("hf_plain", "hf_prompt_lookup", "hf_assisted")
-_DEF = re.compile(r"^def [A-Za-z_]\w*\(.*\):\s*$", re.M)
-
-
-def edit_prompts(texts: list[str], tokenizer, count: int, rng: random.Random) -> list[tuple[list[int], int]]:
-    """(prompt ids, max new tokens) for the edit workload."""
-    functions = []
-    for text in texts:
-        for match in _DEF.finditer(text):
-            end = text.find("\n\n", match.end())
-            body = text[match.start(): end if end != -1 else len(text)]
-            if 4 <= body.count("\n") <= 20:
-                functions.append(body)
-    out = []
-    for function in rng.sample(functions, min(count, len(functions))):
-        names = sorted({n for n in re.findall(r"\b[a-z_][a-z0-9_]{2,}\b", function) if function.count(n) >= 3})
-        if not names:
-            continue
-        name = rng.choice(names)
-        renamed = rename_identifier(function, name, name + "_value")
-        header, _, rest = renamed.partition("\n")
-        prompt = f"{function}\n\n\n# The same function with `{name}` renamed to `{name}_value`:\n{header}\n"
-        ids = tokenizer.encode(prompt, add_special_tokens=False)
-        out.append((ids, min(128, len(tokenizer.encode(rest, add_special_tokens=False)))))
-    return out
-
-
-def entropy_prompts(texts: list[str], tokenizer, count: int, rng: random.Random, new_tokens: int):
-    out = []
-    for _ in range(count):
-        text = rng.choice([t for t in texts if len(t) > 2000])
-        start = rng.randrange(len(text) - 1500)
-        ids = tokenizer.encode(text[start:start + 1500], add_special_tokens=False)
-        rng.shuffle(ids)
-        out.append((ids[:300], new_tokens))
-    return out
-
-
-def workloads(tokenizer, quick: bool, seed: int) -> dict[str, list[tuple[list[int], int]]]:
-    texts = held_out_texts()
-    rng = random.Random(seed)
-    count = 3 if quick else 10
-    fim = [(ids, 32) for ids, _ in fim_prompts(texts, tokenizer, EvalConfig(fim_cuts=count, seed=seed), rng)]
-    return {"edit": edit_prompts(texts, tokenizer, count, rng), "fim": fim,
-            "entropy": entropy_prompts(texts, tokenizer, count, rng, 32)}
 
 
 def run_ours(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_draft: int):

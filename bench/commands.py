@@ -1,0 +1,15 @@
+"""``speclsp bench``: the measurement commands, registered with the CLI through the ``speclsp.commands``
+entry point (see :func:`lsp_server.cli.build_parser`)."""
+
+from __future__ import annotations
+
+from bench import cuts, decode, lsp
+
+
+def add_parser(commands) -> None:
+    """Register ``speclsp bench cuts|lsp|decode`` on the CLI's argparse subparsers object."""
+    bench = commands.add_parser("bench", help="measurements on this machine")
+    kinds = bench.add_subparsers(dest="bench", required=True)
+    cuts.add_parser(kinds)
+    lsp.add_parser(kinds)
+    decode.add_parser(kinds)

@@ -1,0 +1,178 @@
+"""The packages' layering, read from the source with ``ast`` (nothing is imported).
+
+* The runtime (``decoding``, ``lsp_server``) imports nothing from ``training`` or ``bench``: those
+  depend on the runtime, never the other way; the CLI reaches them only through entry points.
+* No import cycle among the project's modules, counting imports inside functions (a lazy import is
+  still a dependency) but not those under ``if TYPE_CHECKING:`` (never executed).
+
+Each check is a function run on the real tree and on a small synthetic tree that breaks it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT_PACKAGES = ("decoding", "lsp_server", "training", "bench")
+RUNTIME_PACKAGES = ("decoding", "lsp_server")
+NOT_FROM_RUNTIME = ("training", "bench")
+
+
+def project_modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` file of ``packages`` under ``root``."""
+    modules = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imported_names(path: Path, module: str) -> set[str]:
+    """Every module name ``path`` (module ``module``) imports, at any depth, relative imports resolved;
+    ``from a import b`` gives ``a.b`` as well as ``a`` (``b`` may be a submodule)."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    names: set[str] = set()
+    pending: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"), str(path))]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.If) and _type_checking_only(node):
+            pending.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+        pending.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def forbidden_imports(root: Path, importers: tuple[str, ...], forbidden: tuple[str, ...]) -> list[str]:
+    """``"module imports name"`` for each import of a ``forbidden`` package by a module of ``importers``."""
+    found = []
+    for module, path in project_modules(root, importers).items():
+        for name in sorted(imported_names(path, module)):
+            if name.split(".")[0] in forbidden:
+                found.append(f"{module} imports {name}")
+    return found
+
+
+def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (the longest existing module name of each import)."""
+    modules = project_modules(root, packages)
+    graph = {}
+    for module, path in modules.items():
+        targets = set()
+        for name in imported_names(path, module):
+            parts = name.split(".")
+            while parts and ".".join(parts) not in modules:
+                parts.pop()
+            if parts and ".".join(parts) != module:
+                targets.add(".".join(parts))
+        graph[module] = targets
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return sorted(cycles)
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_the_runtime_imports_nothing_from_training_or_bench():
+    assert forbidden_imports(ROOT, RUNTIME_PACKAGES, NOT_FROM_RUNTIME) == []
+
+
+def test_the_layering_check_finds_a_runtime_module_that_imports_bench_or_training(tmp_path):
+    root = _write(tmp_path, {
+        "decoding/__init__.py": "",
+        "decoding/ok.py": "import json\nfrom decoding import starter\n",
+        "decoding/lazy.py": "def f():\n    from bench.corpus import stdlib_files\n",
+        "lsp_server/__init__.py": "",
+        "lsp_server/cli.py": "import training.train as t\n",
+        "bench/__init__.py": "from decoding import ok\n",  # the allowed direction
+    })
+    assert forbidden_imports(root, RUNTIME_PACKAGES, NOT_FROM_RUNTIME) == [
+        "decoding.lazy imports bench.corpus", "decoding.lazy imports bench.corpus.stdlib_files",
+        "lsp_server.cli imports training.train"]
+
+
+def test_the_project_has_no_import_cycles():
+    graph = import_graph(ROOT, PROJECT_PACKAGES)
+    assert {"decoding.engine", "lsp_server.cli", "training.evaluate", "bench.cuts"} <= set(graph)
+    assert "bench.corpus" in graph["training.train"]  # the graph sees the edges it should
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_check_finds_lazy_and_relative_cycles_but_not_type_checking_ones(tmp_path):
+    root = _write(tmp_path, {
+        "decoding/__init__.py": "",
+        "decoding/a.py": "from decoding.b import x\n",
+        "decoding/b.py": "def f():\n    from . import a\n",  # lazy and relative: still a cycle
+        "decoding/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from decoding.d import D\n",
+        "decoding/d.py": "from decoding import c\n",  # c -> d only for type checking: no cycle
+        "lsp_server/__init__.py": "",
+        "lsp_server/cli.py": "from lsp_server import bench\n",
+        "lsp_server/bench.py": "def add_parser():\n    from lsp_server.cli import cut_hole\n",
+    })
+    graph = import_graph(root, ("decoding", "lsp_server"))
+    assert graph["decoding.c"] == set() and graph["decoding.d"] == {"decoding.c", "decoding"}
+    assert import_cycles(graph) == [["decoding.a", "decoding.b"], ["lsp_server.bench", "lsp_server.cli"]]
