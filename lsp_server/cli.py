@@ -29,13 +29,11 @@ from pathlib import Path  # noqa: E402
 
 from lsprotocol import types  # noqa: E402
 
-from decoding.engine import DRAFTER_MODES, Engine  # noqa: E402
-from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS  # noqa: E402
+from decoding.engine import Engine  # noqa: E402
 from decoding.errors import ModelLoadError  # noqa: E402
-from decoding.model_names import AUTO  # noqa: E402
 from lsp_server.documents import Document  # noqa: E402
 from lsp_server.positions import PositionError, codec_for  # noqa: E402
-from lsp_server.settings import Settings  # noqa: E402
+from lsp_server.settings import add_setting_flags, settings_from_flags  # noqa: E402
 
 
 class UsageError(ValueError):
@@ -112,10 +110,7 @@ def run_complete(args: argparse.Namespace) -> int:
     removed = ""
     if args.cut_lines:  # cut_hole refuses a negative count
         document, removed = cut_hole(document, position, codec, args.cut_lines)
-    settings = Settings(model=args.model, draft_model=args.draft_model, device=args.device, dtype=args.dtype,
-                        trust_remote_code=args.trust_remote_code, drafter=args.drafter,
-                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                        top_p=args.top_p, max_draft_tokens=args.max_draft_tokens)
+    settings = settings_from_flags(args)
     engine = Engine.load(settings.engine_config(), lambda stage: logging.getLogger("speclsp").info("%s", stage))
     if engine.notice:
         print(f"speclsp: note: {engine.notice}", file=sys.stderr)
@@ -213,24 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     comp = commands.add_parser("complete", help="complete a file at FILE:LINE:COL (1-based, columns in characters)")
     comp.add_argument("location", metavar="FILE:LINE:COL")
-    comp.add_argument("--model", default=AUTO,
-                      help="target: auto (qwen2.5-coder-1.5b when installed, else the starter), qwen2.5-coder-1.5b, "
-                           "qwen2.5-coder-0.5b, starter, a .gguf file, a model directory or a hub id")
-    comp.add_argument("--draft-model", default=AUTO,
-                      help="draft: auto (the target's partner: qwen2.5-coder-0.5b for the 1.5b, else none), a model "
-                           "name as for --model, or none")
-    comp.add_argument("--drafter", choices=DRAFTER_MODES, default="auto",
-                      help="'none' is plain decoding through the same code: the reference")
-    comp.add_argument("--max-new-tokens", type=int, default=64)
-    comp.add_argument("--max-draft-tokens", type=int, default=DEFAULT_MAX_DRAFT_TOKENS, help="draft length cap per verify round")
-    comp.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    comp.add_argument("--top-k", type=int, default=0, help="0 = off")
-    comp.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    add_setting_flags(comp)
     comp.add_argument("--seed", type=int, default=None)
     comp.add_argument("--num-samples", type=int, default=1)
-    comp.add_argument("--device", default="auto")
-    comp.add_argument("--dtype", default="auto")
-    comp.add_argument("--trust-remote-code", action="store_true", help="run a hub model's own code (off by default)")
     comp.add_argument("--cut-lines", type=int, default=0, metavar="N",
                       help="first remove the text from the cursor to the end of the N-th line (try the model on "
                            "existing code: the removed text is what it should write back)")

@@ -196,6 +196,33 @@ def parse_settings(options: Any, base: Settings | None = None) -> tuple[Settings
     return settings, warnings
 
 
+def add_setting_flags(parser, names: tuple[str, ...] | None = None) -> None:
+    """Add ``--kebab-case`` flags for settings to an argparse parser, defaults and help from the specs.
+
+    Args:
+        names: field names; ``None``: the ones marked for ``speclsp complete``.
+    """
+    for spec in fields(Settings):
+        if (spec.name not in names) if names is not None else not spec.metadata["cli"]:
+            continue
+        flag, schema = "--" + spec.name.replace("_", "-"), spec.metadata["schema"]
+        if isinstance(spec.default, bool):
+            parser.add_argument(flag, action="store_true", help=spec.metadata["description"])
+            continue
+        parser.add_argument(flag, type=type(spec.default), default=spec.default, choices=schema.get("enum"),
+                            help=spec.metadata["description"])
+
+
+def settings_from_flags(args, **overrides: Any) -> Settings:
+    """The settings named by the flags of :func:`add_setting_flags` in ``args`` (others: defaults).
+
+    Raises:
+        ValueError: a value outside its setting's spec.
+    """
+    given = {spec.name: getattr(args, spec.name) for spec in fields(Settings) if hasattr(args, spec.name)}
+    return Settings(**{**given, **overrides})
+
+
 def vscode_properties() -> dict[str, dict[str, Any]]:
     """The ``contributes.configuration.properties`` entries of the server's settings for VS Code."""
     json_types = {str: "string", bool: "boolean", int: "integer", float: "number", tuple: "array"}

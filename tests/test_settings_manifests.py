@@ -62,3 +62,19 @@ def test_every_default_is_valid_and_each_bound_rejects_a_value():
 def test_a_setting_given_as_its_manifest_default_parses_to_the_dataclass_default():
     defaults = {key.split(".", 1)[1]: value["default"] for key, value in vscode_properties().items()}
     assert parse_settings(defaults) == (Settings(), [])
+
+
+def test_the_complete_command_flags_are_the_settings_marked_for_it():
+    from lsp_server.cli import build_parser
+    from lsp_server.settings import settings_from_flags
+
+    parser = build_parser()
+    args = parser.parse_args(["complete", "f.py:1:1"])
+    assert settings_from_flags(args) == Settings()  # the same defaults
+    marked = {spec.name for spec in fields(Settings) if spec.metadata["cli"]}
+    assert marked and all(hasattr(args, name) for name in marked)
+    args = parser.parse_args(["complete", "f.py:1:1", "--max-new-tokens", "9", "--drafter", "ngram",
+                              "--trust-remote-code"])
+    assert settings_from_flags(args) == Settings(max_new_tokens=9, drafter="ngram", trust_remote_code=True)
+    with pytest.raises(ValueError, match="maxNewTokens"):
+        settings_from_flags(parser.parse_args(["complete", "f.py:1:1", "--max-new-tokens", "0"]))
