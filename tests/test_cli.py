@@ -12,6 +12,8 @@ from tests.conftest import STARTER_FLAGS
 
 from decoding.starter.data import stdlib_root
 
+pytestmark = pytest.mark.e2e
+
 HELD_OUT_FILE = stdlib_root() / "json" / "decoder.py"
 
 

@@ -19,6 +19,8 @@ from lsp_server.postprocess import decide_mode
 from lsp_server.settings import Settings
 from tests.greedy_check import assert_greedy_equal
 
+pytestmark = pytest.mark.model
+
 UTF16 = codec_for("utf-16")
 
 

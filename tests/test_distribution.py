@@ -15,6 +15,8 @@ from scipy.stats import chisquare
 
 from decoding.verify import VerifyResult, speculative_verify
 
+pytestmark = pytest.mark.stats
+
 TRIALS = 100_000
 TARGET = torch.tensor([0.30, 0.25, 0.20, 0.10, 0.10, 0.05])  # p
 DRAFT = torch.tensor([0.05, 0.10, 0.15, 0.30, 0.20, 0.20])  # q

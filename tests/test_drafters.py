@@ -10,6 +10,8 @@ from decoding.drafters.ngram import NgramConfig, NgramDrafter
 from decoding.drafters.ngram_store import NgramStore
 from decoding.sampling import SamplingParams
 
+pytestmark = pytest.mark.unit
+
 
 def context(tokens, k=4):
     return DraftContext(list(tokens), k, SamplingParams(), None)

@@ -20,6 +20,8 @@ from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 from decoding.starter.data import stdlib_root
 from tests.conftest import STARTER_OPTIONS
 
+pytestmark = pytest.mark.e2e
+
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server.cli", "serve"])
 HELD_OUT_FILE = stdlib_root() / "json" / "decoder.py"
 SPECIAL_TOKENS = ("<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",

@@ -17,6 +17,8 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 from tests.test_lsp_e2e import capabilities, wait_until_ready
 from tests.conftest import STARTER_OPTIONS
 
+pytestmark = pytest.mark.e2e
+
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server.cli", "serve"])
 SOURCE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    "
 

@@ -11,6 +11,8 @@ from lsp_server.context import ContextBudget, build_context
 from lsp_server.documents import Document, DocumentStore
 from lsp_server.positions import LineIndex, PositionError, codec_for, line_ending, to_document_text
 
+pytestmark = pytest.mark.unit
+
 UTF16, UTF8, UTF32 = (codec_for(e) for e in ("utf-16", "utf-8", "utf-32"))
 L1_TEXT = '# 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 😀 smoke\ndef main():\n    print("Goodbye, ")\n'
 

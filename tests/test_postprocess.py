@@ -9,6 +9,8 @@ from lsp_server.postprocess import TrimContext, decide_mode, trim
 from lsp_server.syntax import error_count, parser_for, supported_languages
 from lsp_server.type_through import TypeThroughCache
 
+pytestmark = pytest.mark.unit
+
 
 def run(prefix: str, suffix: str, text: str, language: str = "python", automatic: bool = True,
         finish: str = "stop"):

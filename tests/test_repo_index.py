@@ -17,6 +17,8 @@ from lsp_server.positions import codec_for
 from lsp_server.repo_context import Candidate, candidates, select_snippets
 from lsp_server.repo_index import IndexConfig, RepoIndex, identifiers, is_secret
 
+pytestmark = pytest.mark.unit
+
 
 def write(root: Path, relative: str, data: str | bytes) -> Path:
     path = root / relative

@@ -74,6 +74,7 @@ def pvalue(counts: np.ndarray, probs: torch.Tensor) -> float:
     return float(chisquare(counts[support], expected).pvalue)
 
 
+@pytest.mark.stats
 def test_first_token_of_speculative_sampling_matches_target(models):
     target, draft = models
     probs = target_first_token_probs(target)
@@ -82,12 +83,14 @@ def test_first_token_of_speculative_sampling_matches_target(models):
     assert pvalue(counts, probs) > 1e-3
 
 
+@pytest.mark.stats
 def test_argmax_draft_with_softmax_ratio_is_caught(models):
     target, draft = models
     counts = first_token_counts(target, ArgmaxDrafter(draft, target.config.vocab_size), seed=0)
     assert pvalue(counts, target_first_token_probs(target)) < 1e-6
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("params", [SAMPLING, SamplingParams(1.3, 0, 0.5), SamplingParams(0.5, 3, 1.0)])
 def test_processed_probs_match_transformers_warpers(params):
     torch.manual_seed(0)
@@ -101,6 +104,7 @@ def test_processed_probs_match_transformers_warpers(params):
     torch.testing.assert_close(processed_probs(logits, params), expected)
 
 
+@pytest.mark.unit
 def test_greedy_params_are_one_hot_argmax():
     logits = torch.tensor([[0.1, 2.0, -1.0], [5.0, 1.0, 4.9]])
     assert processed_probs(logits, SamplingParams()).tolist() == [[0, 1, 0], [1, 0, 0]]

@@ -5,6 +5,8 @@ import torch
 
 from decoding.verify import greedy_verify, speculative_verify
 
+pytestmark = pytest.mark.unit
+
 V = 5
 
 

@@ -9,6 +9,8 @@ import zipfile
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
+
 from lsp_server.settings import Settings, _camel, parse_settings
 from tests.editors.conftest import require_program
 
@@ -21,6 +23,7 @@ def contributed() -> dict:
     return package["contributes"]["configuration"]["properties"]
 
 
+@pytest.mark.unit
 def test_contributed_settings_mirror_the_server_settings():
     properties = contributed()
     server_keys = {f"speclsp.{_camel(f.name)}": f for f in fields(Settings)}
@@ -30,6 +33,7 @@ def test_contributed_settings_mirror_the_server_settings():
         assert properties[key]["default"] == (list(default) if isinstance(default, tuple) else default), key
 
 
+@pytest.mark.unit
 def test_contributed_defaults_are_accepted_by_the_server():
     defaults = {key.removeprefix("speclsp."): spec["default"] for key, spec in contributed().items()
                 if key not in CLIENT_ONLY}
@@ -37,6 +41,7 @@ def test_contributed_defaults_are_accepted_by_the_server():
     assert warnings == [] and settings == Settings()
 
 
+@pytest.mark.unit
 def test_contributed_enums_are_valid_server_values():
     for key, spec in contributed().items():
         if key in CLIENT_ONLY or "enum" not in spec:
@@ -52,6 +57,7 @@ def run(cmd: list[str], timeout: int = 600) -> str:
     return done.stdout
 
 
+@pytest.mark.editors
 def test_extension_compiles_passes_unit_tests_and_packages():
     npm = require_program("npm")
     run([npm, "ci", "--no-audit", "--no-fund"])
