@@ -65,14 +65,22 @@ def test_d2_stop_string_completed_inside_accepted_run(target_model, toy_tokenize
 
 @pytest.mark.unit
 def test_d3_limit_and_stop_in_one_round_unit(toy_tokenizer):
+    """A round that would commit six tokens under max_new_tokens = 5: the stop token ends it first
+    ("stop"); the same round without the stop token is cut by the limit ("length"); a stop on the
+    last allowed token is a stop, not a length."""
     stop = 99
-    output = _Output(toy_tokenizer, GenerationConfig(max_new_tokens=5), frozenset({stop}))
-    committed = []
-    for token in [10, 11, stop, 20, 21, 22]:
-        committed.append(token)
-        if output.commit(token):
-            break
-    assert output.token_ids == [10, 11, stop] and output.finish_reason == "stop"
+
+    def commit_round(tokens: list[int], max_new_tokens: int) -> tuple[list[int], str | None]:
+        output = _Output(toy_tokenizer, GenerationConfig(max_new_tokens=max_new_tokens), frozenset({stop}))
+        for token in tokens:
+            if output.commit(token):
+                break
+        return output.token_ids, output.finish_reason
+
+    assert commit_round([10, 11, stop, 20, 21, 22], 5) == ([10, 11, stop], "stop")
+    assert commit_round([10, 11, 12, 20, 21, 22], 5) == ([10, 11, 12, 20, 21], "length")
+    assert commit_round([10, 11, stop, 20, 21, 22], 3) == ([10, 11, stop], "stop")
+    assert commit_round([10, 11, 12, 20, 21, 22], 2) == ([10, 11], "length")
 
 
 @pytest.mark.model
