@@ -45,7 +45,8 @@ def held_out_prompts(engine, count: int) -> list[list[int]]:
 
 
 def test_special_tokens_spelled_out_as_text_are_cut(engine):
-    """Case L8: a model writing '<|endoftext|>' byte by byte (not as the special id) is cut there too."""
+    """No special token in the inserted text (docs/cases.md L8): a model writing '<|endoftext|>' byte by
+    byte (not as the special id) is cut there too."""
     document = Document("file:///a.py", "def f():\n    ", 1, "python")
     context = build_context(document, types.Position(line=1, character=4), UTF16, engine.tokenizer, ContextBudget())
     mode = decide_mode(context.prefix, context.line_suffix, "python", automatic=False)

@@ -1,4 +1,5 @@
-"""Distribution exactness of speculative sampling (chi-square, >= 100k trials) — shared case D6.
+"""Distribution exactness of speculative sampling (chi-square, >= 100k trials) — the residual is
+max(0, p − q) normalised, not softmaxed (docs/cases.md D6).
 
 The harness draws a draft token from q, verifies it with a rule, and counts the first committed
 token. For the implemented rule the counts must match the target distribution p; the same harness

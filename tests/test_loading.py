@@ -1,4 +1,4 @@
-"""Model loading: the starter pair, clear errors, and refusing a draft with another vocabulary (case D8)."""
+"""Model loading: the starter pair, clear errors, and refusing a draft with another vocabulary (docs/cases.md D8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Coordinates (shared cases L1, L2, L3) and the FIM prompt, on the starter tokenizer."""
+"""Coordinates (astral characters, the document's edges, CRLF: docs/cases.md L1, L2, L3) and the FIM
+prompt, on the starter tokenizer."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Speculative sampling through the real generation loop, with draft *models* (shared cases D4, D5).
+"""Speculative sampling through the real generation loop, with draft *models*: the draft
+token is sampled from the processed distribution q that the acceptance ratio uses (docs/cases.md D4, D5).
 
 With temperature 0.7, top-k 5 and top-p 0.9 on both models, the first token of speculative sampling
 must follow the target's processed distribution (chi-square). The same harness must fail for a draft
-that picks its token by argmax while the acceptance ratio uses its softmax (case D4), which shows the
+that picks its token by argmax while the acceptance ratio uses its softmax (docs/cases.md D4), which shows the
 test can fail. Also: processed_probs matches transformers' own logits processors.
 """
 
@@ -33,7 +34,7 @@ TRIALS = 4000
 
 
 class ArgmaxDrafter(ModelDrafter):
-    """WRONG (case D4): drafts the argmax but reports the softmax as its draft probabilities."""
+    """WRONG (docs/cases.md D4): drafts the argmax but reports the softmax as its draft probabilities."""
 
     def propose(self, context):
         new_ids = self.state.sync(context.token_ids)

@@ -1,4 +1,5 @@
-"""Stop handling inside accepted runs (shared cases D1-D3) and KV-cache rollback."""
+"""Stop handling inside accepted runs: a stop token or stop string inside an accepted draft, a limit
+and a stop in one round (docs/cases.md D1-D3); and KV-cache rollback."""
 
 from __future__ import annotations
 
