@@ -51,5 +51,6 @@ def test_bench_cuts_reports_quality_speed_and_exactness():
     assert list(rows) == ["none", "ngram"]  # plain decoding first: the reference
     for row in rows.values():
         assert row["cuts"] == 2 and 0 <= row["parses"] <= row["non_empty"] <= 1 and 0 <= row["first_line_exact"] <= 1
+        assert row["non_empty"] > 0, "every completion was empty"
         assert row["latency_ms_p50"] <= row["latency_ms_p95"] and row["tokens_per_pass"] >= 1
     assert rows["ngram"]["identical_to_reference"] is True
