@@ -58,14 +58,16 @@ def run(cmd: list[str], timeout: int = 600) -> str:
 
 
 @pytest.mark.editors
-def test_extension_compiles_passes_unit_tests_and_packages():
+def test_extension_compiles_passes_unit_tests_and_packages(tmp_path):
     npm = require_program("npm")
     run([npm, "ci", "--no-audit", "--no-fund"])
     output = run([npm, "test"])
     assert "# fail 0" in output and "# pass " in output
-    vsix = EXTENSION / "speclsp.vsix"
-    vsix.unlink(missing_ok=True)
-    run([npm, "run", "package"])
+    in_tree = EXTENSION / "speclsp.vsix"  # where the package script alone writes it
+    before = in_tree.stat().st_mtime_ns if in_tree.exists() else None
+    vsix = tmp_path / "speclsp.vsix"
+    run([npm, "run", "package", "--", "--out", str(vsix)])  # the last --out wins over the script's
+    assert (in_tree.stat().st_mtime_ns if in_tree.exists() else None) == before, "packaged into the source tree"
     with zipfile.ZipFile(vsix) as archive:
         names = set(archive.namelist())
         manifest = json.loads(archive.read("extension/package.json"))
