@@ -1,6 +1,9 @@
-"""Shared fixtures: tiny random Qwen2 models built in the test (no download) and a toy tokenizer."""
+"""Shared fixtures: tiny random Qwen2 models built in the test (no download) and a toy tokenizer;
+and the tier check: every test carries exactly one tier marker (README, Tests)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import pytest
 import torch
@@ -10,6 +13,27 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 #: it is installed, and the fast tiers must not depend on that.
 STARTER_OPTIONS = {"model": "starter", "draftModel": "starter-draft"}
 STARTER_FLAGS = ("--model", "starter", "--draft-model", "starter-draft")
+
+#: The test tiers, as registered in pyproject.toml ([tool.pytest.ini_options] markers).
+TIERS = ("unit", "model", "e2e", "editors", "stats", "real")
+
+
+def tier_errors(items: Iterable[pytest.Item]) -> list[str]:
+    """One message per test that carries no tier marker or more than one (module ``pytestmark``,
+    class and function marks all count); empty when every test has exactly one."""
+    errors = []
+    for item in items:
+        tiers = sorted({mark.name for mark in item.iter_markers() if mark.name in TIERS})
+        if len(tiers) != 1:
+            errors.append(f"{item.nodeid}: tier markers {tiers}, needs exactly one of {', '.join(TIERS)}")
+    return errors
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: a new test cannot escape the tiers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    errors = tier_errors(items)
+    if errors:
+        raise pytest.UsageError("every test needs exactly one tier marker (README, Tests):\n" + "\n".join(errors))
 
 
 def tiny_model(seed: int, vocab_size: int = 48, hidden: int = 32, layers: int = 2, init_std: float = 0.02):

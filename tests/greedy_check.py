@@ -1,4 +1,4 @@
-"""Greedy-equivalence assertion that tolerates only genuine near-ties (shared case D7).
+"""Greedy-equivalence assertion that tolerates only genuine near-ties (docs/cases.md D7).
 
 Verifying k tokens in one pass runs other matmul shapes than decoding one token, so logits can differ
 in the last bits. Two greedy outputs may therefore part ways only where the target's top two logits,

@@ -13,6 +13,7 @@ from bench.cuts import cut_points, first_line, parses
 from tests.conftest import STARTER_FLAGS
 
 
+@pytest.mark.unit
 def test_the_2026_corpus_is_code_written_in_2026_outside_copied_model_files():
     paths = corpus_files("2026")
     assert len(paths) >= 20
@@ -21,6 +22,7 @@ def test_the_2026_corpus_is_code_written_in_2026_outside_copied_model_files():
         assert not ("transformers" in path.parts and path.parts[path.parts.index("transformers") + 1] == "models")
 
 
+@pytest.mark.unit
 def test_cut_points_are_in_files_that_parse_and_unknown_corpora_are_refused(tmp_path):
     (tmp_path / "ok.py").write_text("def f(x):\n    y = x + 1\n    return y\n")
     (tmp_path / "broken.py").write_text("def g(:\n    return 1\n")
@@ -32,11 +34,13 @@ def test_cut_points_are_in_files_that_parse_and_unknown_corpora_are_refused(tmp_
         corpus_files(str(tmp_path / "nowhere"))
 
 
+@pytest.mark.unit
 def test_quality_checks():
     assert parses("x = 1\n") and not parses("x = (\n")
     assert first_line("    return y  \nmore") == "    return y"
 
 
+@pytest.mark.e2e
 def test_bench_cuts_reports_quality_speed_and_exactness():
     done = subprocess.run([sys.executable, "-m", "lsp_server.cli", "bench", "cuts", "--cuts", "2", "--drafters",
                            "ngram,none", "--max-new-tokens", "8", "--json", *STARTER_FLAGS],
@@ -48,5 +52,6 @@ def test_bench_cuts_reports_quality_speed_and_exactness():
     assert list(rows) == ["none", "ngram"]  # plain decoding first: the reference
     for row in rows.values():
         assert row["cuts"] == 2 and 0 <= row["parses"] <= row["non_empty"] <= 1 and 0 <= row["first_line_exact"] <= 1
+        assert row["non_empty"] > 0, "every completion was empty"
         assert row["latency_ms_p50"] <= row["latency_ms_p95"] and row["tokens_per_pass"] >= 1
     assert rows["ngram"]["identical_to_reference"] is True

@@ -6,9 +6,11 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 
+@pytest.mark.e2e
 def test_bench_decode_reports_every_workload_and_method(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "lsp_server.cli", "bench", "decode", "--quick", "--methods", "ngram,tree,hf_prompt_lookup",
@@ -35,6 +37,7 @@ def test_bench_decode_reports_every_workload_and_method(tmp_path):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.model
 def test_cost_mode_times_each_k_relative_to_one_token(monkeypatch):
     from bench import decode as bench_decode
 
@@ -46,6 +49,7 @@ def test_cost_mode_times_each_k_relative_to_one_token(monkeypatch):
     assert set(rows[0]["verify_ratio"]) == {"2", "4", "8", "16"} and all(v > 0 for v in rows[0]["verify_ratio"].values())
 
 
+@pytest.mark.model
 def test_a_divergence_is_within_noise_only_where_the_lead_is_below_the_measured_noise():
     """The classification can fail both ways: a runner-up tied exactly with the argmax is within the
     noise, the lowest-scoring token is not (float32: the measured noise is tiny), and equal outputs are
@@ -74,6 +78,7 @@ def test_a_divergence_is_within_noise_only_where_the_lead_is_below_the_measured_
     assert within is True and lead == 0
 
 
+@pytest.mark.unit
 def test_the_lookup_bound_counts_the_passes_of_the_best_lookup_in_hindsight():
     from bench.decode import lookup_bound_passes
 
@@ -86,6 +91,7 @@ def test_the_lookup_bound_counts_the_passes_of_the_best_lookup_in_hindsight():
     assert lookup_bound_passes([1, 5, 2, 5, 6, 7, 8, 5], [6, 7, 8], max_draft=3) == 1
 
 
+@pytest.mark.unit
 def test_no_ngram_drafter_beats_the_lookup_bound():
     """The bound is a ceiling: our n-gram drafter, at fixed k on random repetitive sequences, never
     needs fewer passes (a bound computed too high, e.g. over later tokens, fails this)."""

@@ -12,6 +12,8 @@ from bench.corpus import stdlib_root
 from tests.conftest import STARTER_FLAGS
 
 
+pytestmark = pytest.mark.e2e
+
 HELD_OUT_FILE = stdlib_root() / "json" / "decoder.py"
 
 
@@ -46,6 +48,7 @@ def test_complete_json_and_plain_reference_equal_speculative():
         assert result.returncode == 0, result.stderr
         payload = json.loads(result.stdout)
         (completion,) = payload["completions"]
+        assert completion["insert_text"].strip(), completion
         assert completion["stats"]["new_tokens"] == len(completion["token_ids"]) > 0
         assert completion["stats"]["target_passes"] >= 1
         assert payload["removed"]
@@ -63,6 +66,8 @@ def test_sampling_with_seed_is_reproducible_and_num_samples():
     assert first.returncode == 0, first.stderr
     runs = [[c["token_ids"] for c in json.loads(r.stdout)["completions"]] for r in (first, second)]
     assert runs[0] == runs[1] and len(runs[0]) == 2
+    texts = [c["insert_text"] for c in json.loads(first.stdout)["completions"]]
+    assert all(text.strip() for text in texts), texts
 
 
 @pytest.mark.parametrize("location,message", [
@@ -102,6 +107,7 @@ def test_without_model_packs_the_defaults_fall_back_to_the_starter_and_say_how_t
     result = subprocess.run([sys.executable, "-c", hidden, "complete", body_location(), "--cut-lines", "2",
                              "--max-new-tokens", "4"], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
+    assert result.stdout.strip(), result.stderr
     assert "loading target model starter" in result.stderr and "loading draft model starter-draft" in result.stderr
     assert "note: the real code models" in result.stderr and INSTALL_COMMAND in result.stderr
 

@@ -22,6 +22,8 @@ from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 from tests.greedy_check import assert_greedy_equal
 
+pytestmark = pytest.mark.model
+
 UTF16 = codec_for("utf-16")
 
 
@@ -47,7 +49,8 @@ def held_out_prompts(engine, count: int) -> list[list[int]]:
 
 
 def test_special_tokens_spelled_out_as_text_are_cut(engine):
-    """Case L8: a model writing '<|endoftext|>' byte by byte (not as the special id) is cut there too."""
+    """No special token in the inserted text (docs/cases.md L8): a model writing '<|endoftext|>' byte by
+    byte (not as the special id) is cut there too."""
     document = Document("file:///a.py", "def f():\n    ", 1, "python")
     context = build_context(resolve_request(document, types.Position(line=1, character=4), UTF16), engine.tokenizer)
     mode = decide_mode(context.prefix, context.line_suffix, "python")

@@ -1,4 +1,5 @@
-"""Distribution exactness of speculative sampling (chi-square, >= 100k trials) — shared case D6.
+"""Distribution exactness of speculative sampling (chi-square, >= 100k trials) — the residual is
+max(0, p − q) normalised, not softmaxed (docs/cases.md D6).
 
 The harness draws a draft token from q, verifies it with a rule, and counts the first committed
 token. For the implemented rule the counts must match the target distribution p; the same harness
@@ -14,6 +15,8 @@ import torch
 from scipy.stats import chisquare
 
 from decoding.verify import VerifyResult, speculative_verify
+
+pytestmark = pytest.mark.stats
 
 TRIALS = 100_000
 TARGET = torch.tensor([0.30, 0.25, 0.20, 0.10, 0.10, 0.05])  # p

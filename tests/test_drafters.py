@@ -10,6 +10,8 @@ from decoding.drafters.ngram import NgramConfig, NgramDrafter
 from decoding.drafters.ngram_store import NgramStore
 from decoding.sampling import SamplingParams
 
+pytestmark = pytest.mark.unit
+
 
 def context(tokens, k=4):
     return DraftContext(list(tokens), k, SamplingParams(), None)
@@ -51,8 +53,8 @@ def test_index_extends_incrementally_and_rebuilds_on_edit():
 
 
 def test_expected_tokens_formula():
-    # (1 - a^(k+1)) / (1 - a) / (1 + k c), computed by hand for a = 0.7, c = 0.15. (The seed brief's
-    # printed table, 1.72 / 1.79 / 1.40, does not match its own formula; these values do.)
+    # (1 - a^(k+1)) / (1 - a) / (1 + k c), computed by hand for a = 0.7, c = 0.15. (A table printed
+    # with this formula in circulation, 1.72 / 1.79 / 1.40, does not match it; these values do.)
     assert [round(expected_gain(0.7, k, 0.15), 2) for k in (2, 4, 8)] == [1.68, 1.73, 1.45]
     assert round(expected_tokens_per_pass(0.7, 4), 2) == 2.77
     assert expected_tokens_per_pass(1.0, 5) == 6.0

@@ -18,6 +18,8 @@ from decoding.drafters.ngram import NgramDrafter
 from decoding.generate import GenerationConfig, SpeculativeGenerator
 from tests.greedy_check import assert_greedy_equal, first_mismatch
 
+pytestmark = pytest.mark.model
+
 PROMPTS = [[3, 7, 11, 3, 7, 11, 3, 7, 19, 2, 5, 3, 7], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4], [42]]
 NEW_TOKENS = 24
 

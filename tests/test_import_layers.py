@@ -13,6 +13,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PACKAGES = ("decoding", "lsp_server", "training", "bench")
 RUNTIME_PACKAGES = ("decoding", "lsp_server")

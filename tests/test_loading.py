@@ -1,4 +1,4 @@
-"""Model loading: the starter pair, clear errors, and refusing a draft with another vocabulary (case D8)."""
+"""Model loading: the starter pair, clear errors, and refusing a draft with another vocabulary (docs/cases.md D8)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def other_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>")
 
 
+@pytest.mark.model
 def test_starter_pair_loads_on_cpu_and_is_compatible():
     """dtype auto on a CPU: bf16 where the CPU has it natively, else fp32; fp32 when asked."""
     from decoding.loading import cpu_has_native_bf16
@@ -46,6 +47,7 @@ def test_starter_pair_loads_on_cpu_and_is_compatible():
     assert 10e6 <= params <= 20e6 and 1e6 <= draft_params <= 2e6
 
 
+@pytest.mark.model
 def test_starter_tokenizer_encodes_as_in_training():
     """The starter's tokenizer.json, not Qwen2Tokenizer's pre-tokenizer that transformers 5 picks for any
     qwen2 model: it splits a newline from its indentation and digits one by one, token sequences the
@@ -59,6 +61,7 @@ def test_starter_tokenizer_encodes_as_in_training():
     assert "\n   " in pieces and " 12" in pieces  # what the other pre-tokenizer splits
 
 
+@pytest.mark.model
 def test_draft_with_other_vocabulary_is_refused_naming_both(tmp_path):
     target = load_model("starter", device="cpu")
     tokenizer = other_tokenizer()
@@ -71,6 +74,7 @@ def test_draft_with_other_vocabulary_is_refused_naming_both(tmp_path):
         Engine.load(EngineConfig(model="starter", draft_model=path, device="cpu"))
 
 
+@pytest.mark.model
 def test_same_tokenizer_with_padded_embedding_is_accepted(tmp_path):
     target = load_model("starter", device="cpu")
     path = save_tiny(tmp_path / "padded-draft", target.tokenizer, len(target.tokenizer) + 64)
@@ -80,6 +84,7 @@ def test_same_tokenizer_with_padded_embedding_is_accepted(tmp_path):
     assert engine.model_drafter.target_vocab_size == target.vocab_size
 
 
+@pytest.mark.unit
 def test_missing_and_invalid_model_directories(tmp_path):
     with pytest.raises(ModelLoadError, match="does not exist"):
         load_model(str(tmp_path / "missing"))
@@ -88,12 +93,14 @@ def test_missing_and_invalid_model_directories(tmp_path):
         load_model(str(tmp_path / "empty"))
 
 
+@pytest.mark.unit
 def test_local_directories_never_touch_the_network():
     assert model_location("starter") == (str(TARGET_DIR), True)
     assert model_location(str(TARGET_DIR))[1] is True
     assert model_location("Qwen/Qwen2.5-Coder-7B") == ("Qwen/Qwen2.5-Coder-7B", False)
 
 
+@pytest.mark.unit
 def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch, tmp_path):
     """The flags line decides: avx512_bf16 or amx_bf16 mean native bf16; other flags or no file do not."""
     import builtins

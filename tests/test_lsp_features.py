@@ -1,5 +1,5 @@
 """End to end over stdio on the starter models: type-through cache, no suggestion while indenting
-(L7), fast typing (L4), $/setTrace with $/logTrace details, the JSON-lines trace file, and
+(docs/cases.md L7), fast typing (docs/cases.md L4), $/setTrace with $/logTrace details, the JSON-lines trace file, and
 speclsp/status."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from lsprotocol import types
 
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from tests.test_lsp_e2e import capabilities, wait_until_ready
+from tests.test_lsp_e2e import LOG_DEADLINE_S, capabilities, logged, only_item, wait_until_ready
 from tests.conftest import STARTER_OPTIONS
+
+pytestmark = pytest.mark.e2e
 
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server.cli", "serve"])
 SOURCE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    "
@@ -67,12 +69,27 @@ async def inline(client, uri, line, character, automatic=True):
     answer = await client.text_document_inline_completion_async(types.InlineCompletionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character),
         context=types.InlineCompletionContext(trigger_kind=kind)))
-    where = f"{uri.rsplit('/', 1)[-1]}:{line}:{character} "
-    for _ in range(200):
-        if any(where in line for line in log_lines(client, before)):
-            break
-        await asyncio.sleep(0.01)
+    await logged(client, before, f"{uri.rsplit('/', 1)[-1]}:{line}:{character} ")
     return answer
+
+
+async def until(predicate, what: str, timeout: float = LOG_DEADLINE_S) -> None:
+    """Poll ``predicate`` (a function, plain or async) every 20 ms until it is true.
+
+    Raises:
+        AssertionError: naming ``what``, when it is still false after ``timeout`` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+        await asyncio.sleep(0.02)
 
 
 def log_lines(client, since: int = 0) -> list[str]:
@@ -82,23 +99,19 @@ def log_lines(client, since: int = 0) -> list[str]:
 @pytest.mark.asyncio(loop_scope="module")
 async def test_type_through_answers_from_the_cache_without_the_model(client: LanguageClient):
     uri = open_doc(client, "tt.py", SOURCE)
-    first = await inline(client, uri, 9, 4)
-    assert first.items, "the starter target writes something here"
-    text = first.items[0].insert_text
+    text = only_item(await inline(client, uri, 9, 4)).insert_text
     assert len(text) >= 2
     before = len(client.log_messages)
     type_text(client, uri, 9, 4, text[0])
-    second = await inline(client, uri, 9, 5)
-    assert [i.insert_text for i in second.items] == [text[1:]]
-    assert second.items[0].range.start == types.Position(line=9, character=5)
-    lines = log_lines(client, before)
-    assert any("type-through cache hit" in line for line in lines)
-    hit = next(line for line in lines if "type-through cache hit" in line)
-    assert float(hit.rsplit("total=", 1)[1].removesuffix("ms")) <= 5.0
+    second = only_item(await inline(client, uri, 9, 5))
+    assert second.insert_text == text[1:]
+    assert second.range.start == types.Position(line=9, character=5)
+    # Answered from the cache, not the model (its latency is measured by `speclsp bench lsp`, cache_hit_ms).
+    assert any("tt.py:9:5 type-through cache hit" in line for line in log_lines(client, before))
     # Typing something else misses and goes back to the model.
     type_text(client, uri, 9, 5, "#")
-    await inline(client, uri, 9, 6)
-    assert any("req=" in line and " ok" in line for line in log_lines(client, before + 1))
+    only_item(await inline(client, uri, 9, 6))
+    assert any("tt.py:9:6 ok " in line for line in log_lines(client, before))
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -106,10 +119,9 @@ async def test_l7_no_automatic_suggestion_in_indentation_but_invoked_completes(c
     uri = open_doc(client, "l7.py", "def f():\n    result = compute()\n    return result\n")
     before = len(client.log_messages)
     automatic = await inline(client, uri, 1, 4, automatic=True)
-    assert list(automatic.items) == []
+    assert list(automatic.items) == []  # the expected answer here is empty: no automatic suggestion
     assert any("cursor in indentation" in line for line in log_lines(client, before))
-    invoked = await inline(client, uri, 1, 4, automatic=False)
-    assert isinstance(invoked, types.InlineCompletionList)
+    only_item(await inline(client, uri, 1, 4, automatic=False))
     assert any(" ok" in line or "superseded" in line for line in log_lines(client, before) if "l7.py:1:4" in line)
 
 
@@ -124,12 +136,13 @@ async def test_l4_fast_typing_one_generation_at_a_time_every_request_answered(cl
         await asyncio.sleep(0.03)
     results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=120)
     assert len(results) == 20
-    for result in results:  # answered: a list (maybe empty) or RequestCancelled, never another error
+    # A superseded request is answered with an empty list (or RequestCancelled): empty is expected
+    # here, never another error.
+    for result in results:
         assert isinstance(result, types.InlineCompletionList) or "cancel" in str(result).lower(), result
     # The final answer is for the final text: its range sits after the last typed character.
-    final = await inline(client, uri, 9, 4 + len(word))
-    for item in final.items:
-        assert item.range.start == types.Position(line=9, character=4 + len(word))
+    final = only_item(await inline(client, uri, 9, 4 + len(word)))
+    assert final.range.start == types.Position(line=9, character=4 + len(word))
     traced = [line for line in log_lines(client) if "l4.py" in line and "req=" in line]
     assert sum("superseded" in line or "cancelled" in line for line in traced) >= 1
 
@@ -139,9 +152,8 @@ async def test_set_trace_verbose_sends_details_with_code_and_messages_without(cl
     uri = open_doc(client, "trace.py", SOURCE)
     client.protocol.notify("$/setTrace", types.SetTraceParams(value=types.TraceValue.Verbose))
     client.traces.clear()
-    result = await inline(client, uri, 9, 4, automatic=False)
-    await asyncio.sleep(0.2)
-    assert client.traces, "verbose trace sends $/logTrace"
+    item = only_item(await inline(client, uri, 9, 4, automatic=False))
+    await until(lambda: client.traces, "verbose trace sends $/logTrace")
     detail = json.loads(client.traces[-1].verbose)
     assert detail["method"] == "inlineCompletion" and detail["file"] == "trace.py"
     assert set(detail["ms"]) >= {"rpc_in", "queue", "context", "prefill", "draft", "verify", "postprocess", "rpc_out",
@@ -150,18 +162,17 @@ async def test_set_trace_verbose_sends_details_with_code_and_messages_without(cl
     stages = sum(v for k, v in detail["ms"].items() if k != "total")
     assert detail["ms"]["rpc_in"] > 0 and detail["ms"]["rpc_out"] > 0 and stages <= detail["ms"]["total"] + 0.1
     assert detail["tokens"] >= 1 and "accepted" in detail
-    if result.items:
-        assert detail["insert_text"] == result.items[0].insert_text  # code text: verbose only
+    assert detail["insert_text"] == item.insert_text  # code text: verbose only
     client.protocol.notify("$/setTrace", types.SetTraceParams(value=types.TraceValue.Messages))
     client.traces.clear()
-    await inline(client, uri, 9, 4, automatic=False)
-    await asyncio.sleep(0.2)
-    assert client.traces and all(t.verbose is None for t in client.traces)
+    only_item(await inline(client, uri, 9, 4, automatic=False))
+    await until(lambda: client.traces, "messages trace sends $/logTrace")
+    assert all(t.verbose is None for t in client.traces)
     client.protocol.notify("$/setTrace", types.SetTraceParams(value=types.TraceValue.Off))
     # The trace file has one JSON object per request; code text only in verbose-time records.
     records = [json.loads(line) for line in trace_path.read_text().splitlines()]
     assert len(records) >= 3 and all("status" in r and "id" in r for r in records)
-    assert any("insert_text" in r for r in records) == bool(result.items)
+    assert any("insert_text" in r for r in records)
     assert not any("insert_text" in r for r in records[-1:])
 
 
@@ -172,8 +183,7 @@ async def test_a_lone_surrogate_in_one_document_breaks_no_completion(client: Lan
     bad = open_doc(client, "surrogate.py", "s = '\udcff'\ndef f():\n    ")
     good = open_doc(client, "fine.py", SOURCE)
     for uri, line, character in ((bad, 2, 4), (good, 9, 4)):
-        result = await inline(client, uri, line, character, automatic=False)
-        assert isinstance(result, types.InlineCompletionList)
+        only_item(await inline(client, uri, line, character, automatic=False))
     assert not any("error" in line.lower() for line in log_lines(client) if "surrogate.py" in line)
 
 
@@ -193,7 +203,7 @@ async def test_params_that_do_not_fit_the_method_get_an_invalid_params_error(cli
             await asyncio.wait_for(future, 10)
         assert not isinstance(raised.value, asyncio.TimeoutError)
         assert "-32602" in repr(raised.value) or "Invalid" in repr(raised.value), repr(raised.value)
-    assert isinstance(await inline(client, uri, 9, 4, automatic=False), types.InlineCompletionList)  # still serving
+    only_item(await inline(client, uri, 9, 4, automatic=False))  # still serving
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -250,18 +260,20 @@ async def test_workspace_index_skips_ignored_binary_huge_undecodable_and_secret_
     assert info.skipped.secret == 2 and info.skipped.binary == 1 and info.skipped.large == 1
     assert info.skipped.undecodable == 1
     assert any("indexed 3 files" in m.message for m in ws_client.log_messages)
-    # A file created on disk is in the index within a second.
+    # A file created on disk gets into the index, and out again when deleted (the deadline is generous:
+    # it is no latency requirement).
     (workspace / "pkg" / "fresh.py").write_text("fresh = True\n")
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    while "pkg/fresh.py" not in (await index_files(ws_client)).files:
-        assert loop.time() - start < 1.0, "not picked up within a second"
-        await asyncio.sleep(0.02)
+
+    async def indexed_fresh() -> bool:
+        return "pkg/fresh.py" in (await index_files(ws_client)).files
+
+    await until(indexed_fresh, "a created file is indexed")
     (workspace / "pkg" / "fresh.py").unlink()
-    start = loop.time()
-    while "pkg/fresh.py" in (await index_files(ws_client)).files:
-        assert loop.time() - start < 1.0, "deletion not picked up within a second"
-        await asyncio.sleep(0.02)
+
+    async def dropped_fresh() -> bool:
+        return not await indexed_fresh()
+
+    await until(dropped_fresh, "a deleted file leaves the index")
     # Disabling the index in the settings drops it.
     ws_client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
         settings={"speclsp": {"indexEnabled": False}}))

@@ -21,6 +21,8 @@ from decoding.model_names import AUTO, NO_DRAFT, STARTER_DRAFT, STARTER_TARGET, 
 from decoding.model_packs import INSTALL_COMMAND, PACKS, ModelPack, PackMissingError, assemble
 from decoding.starter import TARGET_DIR
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = [b"GGUF" + bytes(range(200)), bytes(range(255, 0, -1)) * 3, b"tail"]
 

@@ -1,4 +1,5 @@
-"""Coordinates (shared cases L1, L2, L3) and the FIM prompt, on the starter tokenizer."""
+"""Coordinates (astral characters, the document's edges, CRLF: docs/cases.md L1, L2, L3) and the FIM
+prompt, on the starter tokenizer."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from lsp_server.documents import Document, DocumentStore
 from lsp_server.positions import LineIndex, PositionError, codec_for, line_ending, to_document_text
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
+
+pytestmark = pytest.mark.unit
 
 UTF16, UTF8, UTF32 = (codec_for(e) for e in ("utf-16", "utf-8", "utf-32"))
 L1_TEXT = '# 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 😀 smoke\ndef main():\n    print("Goodbye, ")\n'

@@ -1,5 +1,7 @@
-"""Post-processing rules (lsp_server.postprocess) on hand-written model outputs, per language:
-shared cases L6, L7, L9, L10, block ends, closers, syntax trimming; and the type-through cache."""
+"""Post-processing rules (lsp_server.postprocess) on hand-written model outputs, per language: text
+right of the cursor not repeated, no automatic suggestion while indenting, completions on an empty
+line and after a header at the end of the file (docs/cases.md L6, L7, L9, L10), block ends, closers,
+syntax trimming; and the type-through cache."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from lsp_server.completion_mode import decide_mode, suppresses_automatic
 from lsp_server.postprocess import TrimContext, trim
 from lsp_server.syntax import error_count, parser_for, supported_languages
 from lsp_server.type_through import TypeThroughCache
+
+pytestmark = pytest.mark.unit
 
 
 def run(prefix: str, suffix: str, text: str, language: str = "python", automatic: bool = True,
@@ -27,7 +31,7 @@ def test_every_promised_language_has_a_working_grammar():
         assert parser is not None and error_count(parser, "}{") > 0
 
 
-# L6: never repeat the suffix -------------------------------------------------------------------
+# Never repeat the suffix (docs/cases.md L6) ------------------------------------------------------
 
 def test_l6_closing_text_right_of_the_cursor_is_not_repeated():
     mode, text = run("def area(radius", "):\n    return radius\n", "radius):")
@@ -68,7 +72,7 @@ def test_an_unclosed_block_at_the_end_of_the_file_gets_its_closer(language, pref
     assert run(prefix, "", text, language)[1] == expected
 
 
-# L7: no automatic suggestion while indenting ------------------------------------------------------
+# No automatic suggestion while indenting (docs/cases.md L7) --------------------------------------
 
 def test_l7_indenting_gets_no_automatic_suggestion_but_an_explicit_request_completes():
     mode, text = run("    ", "result = compute()\n", "x")
@@ -80,7 +84,7 @@ def test_l7_indenting_gets_no_automatic_suggestion_but_an_explicit_request_compl
     assert not suppresses_automatic("    ", "   ")  # nothing right of the cursor: a blank line
 
 
-# L9, L10 and block ends -------------------------------------------------------------------------
+# Empty line at column 0, end of file after a header (docs/cases.md L9, L10), block ends ----------
 
 def test_l9_empty_line_at_column_0_is_offered_a_multi_line_completion():
     mode, text = run("def main():\n    x = 1\n", "", "    y = 2\n    return y\n\n\nif __name__ == '__main__':\n    main()\n")

@@ -13,6 +13,8 @@ from transformers import AutoTokenizer
 from decoding.starter import TARGET_DIR
 from lsp_server.prompt_tokens import PromptEncoder, SourceKey, document_key
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def tokenizer():

@@ -40,7 +40,7 @@ from lsp_server.positions import codec_for
 from lsp_server.settings import Settings
 from tests.test_lsp_e2e import capabilities, wait_until_ready
 
-pytestmark = pytest.mark.real_models
+pytestmark = pytest.mark.real
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"

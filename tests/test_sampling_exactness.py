@@ -1,8 +1,9 @@
-"""Speculative sampling through the real generation loop, with draft *models* (shared cases D4, D5).
+"""Speculative sampling through the real generation loop, with draft *models*: the draft
+token is sampled from the processed distribution q that the acceptance ratio uses (docs/cases.md D4, D5).
 
 With temperature 0.7, top-k 5 and top-p 0.9 on both models, the first token of speculative sampling
 must follow the target's processed distribution (chi-square). The same harness must fail for a draft
-that picks its token by argmax while the acceptance ratio uses its softmax (case D4), which shows the
+that picks its token by argmax while the acceptance ratio uses its softmax (docs/cases.md D4), which shows the
 test can fail. Also: processed_probs matches transformers' own logits processors.
 """
 
@@ -33,7 +34,7 @@ TRIALS = 4000
 
 
 class ArgmaxDrafter(ModelDrafter):
-    """WRONG (case D4): drafts the argmax but reports the softmax as its draft probabilities."""
+    """WRONG (docs/cases.md D4): drafts the argmax but reports the softmax as its draft probabilities."""
 
     def propose(self, context):
         new_ids = self.state.sync(context.token_ids)
@@ -74,6 +75,7 @@ def pvalue(counts: np.ndarray, probs: torch.Tensor) -> float:
     return float(chisquare(counts[support], expected).pvalue)
 
 
+@pytest.mark.stats
 def test_first_token_of_speculative_sampling_matches_target(models):
     target, draft = models
     probs = target_first_token_probs(target)
@@ -82,12 +84,14 @@ def test_first_token_of_speculative_sampling_matches_target(models):
     assert pvalue(counts, probs) > 1e-3
 
 
+@pytest.mark.stats
 def test_argmax_draft_with_softmax_ratio_is_caught(models):
     target, draft = models
     counts = first_token_counts(target, ArgmaxDrafter(draft, target.config.vocab_size), seed=0)
     assert pvalue(counts, target_first_token_probs(target)) < 1e-6
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("params", [SAMPLING, SamplingParams(1.3, 0, 0.5), SamplingParams(0.5, 3, 1.0)])
 def test_processed_probs_match_transformers_warpers(params):
     torch.manual_seed(0)
@@ -101,6 +105,7 @@ def test_processed_probs_match_transformers_warpers(params):
     torch.testing.assert_close(processed_probs(logits, params), expected)
 
 
+@pytest.mark.unit
 def test_greedy_params_are_one_hot_argmax():
     logits = torch.tensor([[0.1, 2.0, -1.0], [5.0, 1.0, 4.9]])
     assert processed_probs(logits, SamplingParams()).tolist() == [[0, 1, 0], [1, 0, 0]]

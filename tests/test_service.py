@@ -18,6 +18,7 @@ from lsp_server.worker import ERROR, READY, ModelWorker
 STARTER = Settings(model="starter", draft_model="starter-draft")
 
 
+@pytest.mark.model
 async def test_requests_before_ready_get_empty_answers_then_real_ones():
     release = threading.Event()
 
@@ -42,6 +43,7 @@ async def test_requests_before_ready_get_empty_answers_then_real_ones():
     worker.shutdown()
 
 
+@pytest.mark.model
 async def test_an_opened_document_is_tokenised_ahead_and_its_first_request_starts_from_those_tokens():
     import json.decoder
     from pathlib import Path
@@ -65,6 +67,7 @@ async def test_an_opened_document_is_tokenised_ahead_and_its_first_request_start
     worker.shutdown()
 
 
+@pytest.mark.unit
 async def test_failed_load_answers_empty_and_keeps_the_error():
     worker = ModelWorker(lambda config, on_stage: (_ for _ in ()).throw(FileNotFoundError("no weights here")))
     assert worker.load(STARTER.engine_config()).result(timeout=10) == ERROR
@@ -75,6 +78,7 @@ async def test_failed_load_answers_empty_and_keeps_the_error():
     assert await service.complete("inlineCompletion", "file:///a.py", types.Position(line=0, character=1)) is None
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("options,expected,warning", [
     (None, Settings(), None),
     ([], Settings(), None),  # an empty Lua table (Neovim) is an empty JSON array
@@ -97,6 +101,7 @@ def test_settings_are_typed_and_invalid_values_keep_defaults(options, expected, 
         assert len(warnings) == 1 and warning in warnings[0]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-8", "utf-32"])
 async def test_l1_l5_ranges_in_the_negotiated_encoding(monkeypatch, encoding):
     """The answer's range sits at the cursor, in the client's units, whatever the model writes."""

@@ -1,7 +1,9 @@
-"""Stop handling inside accepted runs (shared cases D1-D3) and KV-cache rollback."""
+"""Stop handling inside accepted runs: a stop token or stop string inside an accepted draft, a limit
+and a stop in one round (docs/cases.md D1-D3); and KV-cache rollback."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from decoding.drafters.ngram import NgramDrafter
@@ -26,6 +28,7 @@ def first_new_token_index(tokens: list[int], start: int) -> int:
     return next(i for i in range(start, len(tokens)) if tokens[i] not in tokens[:i])
 
 
+@pytest.mark.model
 def test_d1_stop_token_inside_accepted_run(target_model, toy_tokenizer):
     plain = plain_output(target_model, toy_tokenizer)
     stop_at = first_new_token_index(plain, 2)
@@ -43,6 +46,7 @@ def test_d1_stop_token_inside_accepted_run(target_model, toy_tokenizer):
     assert generator.state.token_ids == PROMPT + plain[:stop_at]
 
 
+@pytest.mark.model
 def test_d2_stop_string_completed_inside_accepted_run(target_model, toy_tokenizer):
     plain = plain_output(target_model, toy_tokenizer)
     text = toy_tokenizer.decode(plain)
@@ -60,17 +64,27 @@ def test_d2_stop_string_completed_inside_accepted_run(target_model, toy_tokenize
     assert generator.state.token_ids == PROMPT + result.token_ids[:-1]
 
 
+@pytest.mark.unit
 def test_d3_limit_and_stop_in_one_round_unit(toy_tokenizer):
+    """A round that would commit six tokens under max_new_tokens = 5: the stop token ends it first
+    ("stop"); the same round without the stop token is cut by the limit ("length"); a stop on the
+    last allowed token is a stop, not a length."""
     stop = 99
-    output = _Output(toy_tokenizer, GenerationConfig(max_new_tokens=5), frozenset({stop}))
-    committed = []
-    for token in [10, 11, stop, 20, 21, 22]:
-        committed.append(token)
-        if output.commit(token):
-            break
-    assert output.token_ids == [10, 11, stop] and output.finish_reason == "stop"
+
+    def commit_round(tokens: list[int], max_new_tokens: int) -> tuple[list[int], str | None]:
+        output = _Output(toy_tokenizer, GenerationConfig(max_new_tokens=max_new_tokens), frozenset({stop}))
+        for token in tokens:
+            if output.commit(token):
+                break
+        return output.token_ids, output.finish_reason
+
+    assert commit_round([10, 11, stop, 20, 21, 22], 5) == ([10, 11, stop], "stop")
+    assert commit_round([10, 11, 12, 20, 21, 22], 5) == ([10, 11, 12, 20, 21], "length")
+    assert commit_round([10, 11, stop, 20, 21, 22], 3) == ([10, 11, stop], "stop")
+    assert commit_round([10, 11, 12, 20, 21, 22], 2) == ([10, 11], "length")
 
 
+@pytest.mark.model
 def test_d3_stop_on_the_last_allowed_token_is_a_stop(target_model, toy_tokenizer):
     plain = plain_output(target_model, toy_tokenizer)
     stop_at = first_new_token_index(plain, 2)
@@ -82,6 +96,7 @@ def test_d3_stop_on_the_last_allowed_token_is_a_stop(target_model, toy_tokenizer
     assert result.token_ids == plain[:stop_at] and result.finish_reason == "length"
 
 
+@pytest.mark.model
 @torch.no_grad()
 def test_logits_after_rollback_equal_fresh_forward(target_model):
     ids = [5, 9, 2, 7, 7, 1, 30, 4, 8, 15]
@@ -95,6 +110,7 @@ def test_logits_after_rollback_equal_fresh_forward(target_model):
     torch.testing.assert_close(after, fresh, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.model
 @torch.no_grad()
 def test_generator_cache_after_generation_matches_fresh_prefill(target_model, toy_tokenizer):
     generator = SpeculativeGenerator(target_model, toy_tokenizer)
@@ -106,6 +122,7 @@ def test_generator_cache_after_generation_matches_fresh_prefill(target_model, to
     torch.testing.assert_close(next_logits, fresh, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.model
 def test_prompt_prefix_is_reused_between_generations(target_model, toy_tokenizer):
     generator = SpeculativeGenerator(target_model, toy_tokenizer)
     config = GenerationConfig(max_new_tokens=4)
@@ -117,6 +134,7 @@ def test_prompt_prefix_is_reused_between_generations(target_model, toy_tokenizer
     assert second.token_ids == fresh.token_ids
 
 
+@pytest.mark.model
 def test_cancellation_between_rounds(target_model, toy_tokenizer):
     calls = []
 
@@ -130,6 +148,7 @@ def test_cancellation_between_rounds(target_model, toy_tokenizer):
     assert generator.state.token_ids == PROMPT + result.token_ids[:-1]
 
 
+@pytest.mark.model
 def test_cancellation_inside_a_chunked_prefill_keeps_the_fed_chunks(target_model, toy_tokenizer):
     """A long prompt is prefilled in chunks; cancelled after the first, the generation stops there,
     the cache holds exactly that chunk, and the next request reuses it and gives the plain output."""
@@ -151,6 +170,7 @@ def test_cancellation_inside_a_chunked_prefill_keeps_the_fed_chunks(target_model
     assert second.token_ids == plain.token_ids and second.finish_reason == plain.finish_reason
 
 
+@pytest.mark.model
 def test_cancelled_before_start_does_no_work(target_model, toy_tokenizer):
     generator = SpeculativeGenerator(target_model, toy_tokenizer)
     result = generator.generate(PROMPT, None, GenerationConfig(max_new_tokens=20), should_stop=lambda: True)
@@ -158,6 +178,7 @@ def test_cancelled_before_start_does_no_work(target_model, toy_tokenizer):
     assert generator.state.token_ids == []
 
 
+@pytest.mark.model
 def test_failed_forward_leaves_an_empty_consistent_cache(target_model, monkeypatch):
     state = KVCacheState(target_model)
     state.forward([1, 2, 3])
@@ -176,6 +197,7 @@ def test_failed_forward_leaves_an_empty_consistent_cache(target_model, monkeypat
     assert state.sync([1, 2, 3]) == [1, 2, 3]  # usable again
 
 
+@pytest.mark.model
 def test_sliding_window_model_rolls_back_and_matches_plain(toy_tokenizer):
     from transformers import MistralConfig, MistralForCausalLM
 
@@ -194,6 +216,7 @@ def test_sliding_window_model_rolls_back_and_matches_plain(toy_tokenizer):
     assert 0 < spec.stats.accepted < spec.stats.drafted
 
 
+@pytest.mark.unit
 def test_incremental_decoding_finds_stop_strings_where_a_full_decode_does():
     """With a real byte-level BPE tokenizer (the starter's), the streamed text finds each stop string
     at the same token as decoding all tokens after every commit, including stops that span tokens

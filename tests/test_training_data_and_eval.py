@@ -25,6 +25,7 @@ def tokenizer():
     return Tokenizer.from_file(str(TARGET_DIR / "tokenizer.json"))
 
 
+@pytest.mark.unit
 def test_mix_fractions_are_checked():
     with pytest.raises(ValueError):
         ExampleMix(fim=0.6, copy=0.3, edit=0.3)
@@ -32,10 +33,12 @@ def test_mix_fractions_are_checked():
         ExampleMix(copy=-0.1)
 
 
+@pytest.mark.unit
 def test_rename_replaces_whole_words_only():
     assert rename_identifier("value values value_x = value", "value", "item") == "item values value_x = item"
 
 
+@pytest.mark.unit
 def test_edit_examples_are_the_chunk_then_an_edited_copy(tokenizer):
     maker = ExampleMaker(tokenizer, ExampleMix(fim=0.0, copy=0.0, edit=1.0), random.Random(0))
     eos = tokenizer.token_to_id("<|endoftext|>")
@@ -52,6 +55,7 @@ def test_edit_examples_are_the_chunk_then_an_edited_copy(tokenizer):
     assert changed >= 20
 
 
+@pytest.mark.unit
 def test_random_repeats_repeat_a_run(tokenizer):
     maker = ExampleMaker(tokenizer, ExampleMix(fim=0.0, copy=0.0, edit=0.0, random_repeat=1.0), random.Random(1))
     alphabet_sizes = []
@@ -69,6 +73,7 @@ def test_random_repeats_repeat_a_run(tokenizer):
     assert min(alphabet_sizes) < 0.5 and max(alphabet_sizes) > 0.9
 
 
+@pytest.mark.unit
 def test_span_repeats_weigh_only_the_repeat_when_asked(tokenizer):
     mix = ExampleMix(fim=0.0, copy=0.0, edit=0.0, random_repeat=0.0, span_repeat=1.0)
     maker = ExampleMaker(tokenizer, mix, random.Random(2), source_weight=0.0)
@@ -84,6 +89,7 @@ def test_span_repeats_weigh_only_the_repeat_when_asked(tokenizer):
         ExampleMix(fim=0.5, copy=0.3, span_repeat=0.3)
 
 
+@pytest.mark.unit
 def test_fim_prompts_are_the_servers_prompt_for_a_file_without_its_next_line():
     """Each FIM cut: the server's PSM prompt (budgets in tokens) with the cursor at the end of a line and
     the next line (the expected answer) missing; before and after it, the file's own text."""
@@ -106,6 +112,7 @@ def test_fim_prompts_are_the_servers_prompt_for_a_file_without_its_next_line():
         assert at == 0 or (at > 0 and text[at - 1] == "\n")  # the kept prefix starts at a line start
 
 
+@pytest.mark.e2e
 def test_eval_models_quick_json_has_the_promised_figures():
     done = subprocess.run([sys.executable, "-m", "lsp_server.cli", "eval", "models", "--quick", "--json"],
                           capture_output=True, text=True, timeout=600)
@@ -120,6 +127,7 @@ def test_eval_models_quick_json_has_the_promised_figures():
     assert result["timing_ms"]["target_step_ms"] > 0
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("heads,kv_heads,head", [(2, 1, 0), (6, 2, 4)])
 def test_previous_token_head_attends_to_the_previous_token(heads, kv_heads, head):
     """The built head puts nearly all its attention one position back, whatever the tokens; the
@@ -143,6 +151,7 @@ def test_previous_token_head_attends_to_the_previous_token(heads, kv_heads, head
     assert on_previous[others].max() < 0.5
 
 
+@pytest.mark.model
 def test_previous_token_head_rejects_bad_arguments():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -158,6 +167,7 @@ def test_previous_token_head_rejects_bad_arguments():
         install_previous_token_head(model, distance=0)
 
 
+@pytest.mark.model
 def test_heads_built_for_distances_one_to_three_share_a_key_and_look_that_far_back():
     """Three query heads of one key/value group, built for distances 1, 2 and 3, each put nearly all
     their attention that many positions back (checked against every distance, so a head looking at
@@ -206,6 +216,7 @@ class _LookupModel(torch.nn.Module):
         return SimpleNamespace(logits=logits)
 
 
+@pytest.mark.unit
 def test_induction_score_separates_a_copier_from_a_non_copier():
     from transformers import AutoTokenizer
 
@@ -218,6 +229,7 @@ def test_induction_score_separates_a_copier_from_a_non_copier():
     assert induction_score(_LookupModel(vocab, shift=True), tokenizer, runs=4, length=64, seed=0) < 0.05
 
 
+@pytest.mark.unit
 def test_induction_by_id_quarter_finds_a_copier_that_fails_on_rare_ids():
     from transformers import AutoTokenizer
 

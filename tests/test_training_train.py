@@ -17,6 +17,8 @@ from training.data import ExampleMaker, ExampleMix
 from training.train import (Batches, TrainConfig, batch_source, check_lineage, checkpoint_step, train_model,
                                    untie_embeddings)
 
+pytestmark = pytest.mark.model
+
 CHUNKS = ["def total(values, start=0):\n    result = start\n    for value in values:\n        result += value\n"
           "    return result\n", "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"]
 

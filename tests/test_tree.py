@@ -22,6 +22,7 @@ from tests.conftest import ToyTokenizer, tiny_model
 from tests.greedy_check import assert_greedy_equal
 
 
+@pytest.mark.unit
 def test_candidates_merge_into_a_trie_within_the_node_limit():
     tree = DraftTree.from_candidates([[5, 6, 7], [5, 6, 8], [9, 1]], max_nodes=10)
     assert tree.tokens == (5, 6, 7, 8, 9, 1) and tree.parents == (-1, 0, 1, 1, -1, 4)
@@ -33,6 +34,7 @@ def test_candidates_merge_into_a_trie_within_the_node_limit():
         DraftTree((1, 2), (-1, 1))  # a node cannot be its own parent
 
 
+@pytest.mark.unit
 def test_mask_lets_each_node_see_the_prefix_the_root_and_its_ancestors():
     tree = DraftTree.from_candidates([[5, 6], [9]], max_nodes=8)  # nodes: 5, 6 (child of 5), 9
     mask, positions = tree_attention(tree, past_length=3, dtype=torch.float32, device="cpu")
@@ -52,6 +54,7 @@ def forced_logits(rows: list[int], vocab: int = 12) -> torch.Tensor:
     return logits
 
 
+@pytest.mark.unit
 def test_verify_follows_the_branch_the_target_takes():
     tree = DraftTree.from_candidates([[5, 6, 7], [5, 8], [9]], max_nodes=8)  # 5, 6, 7, 8, 9
     # root -> 5, at 5 -> 8, at 8 -> 3 (no child): path 5, 8; next 3.
@@ -63,6 +66,7 @@ def test_verify_follows_the_branch_the_target_takes():
     assert tree_verify(forced_logits([1, 0, 0, 0, 0, 0]), None, tree, None).path == []  # nothing accepted
 
 
+@pytest.mark.model
 def test_tree_logits_equal_plain_forward_and_the_cache_keeps_only_the_accepted_branch():
     model = tiny_model(seed=3)
     prompt = [1, 5, 7, 9, 11, 2]
@@ -90,6 +94,7 @@ def test_tree_logits_equal_plain_forward_and_the_cache_keeps_only_the_accepted_b
 REPETITIVE = [7, 3, 9, 4, 7, 3, 12, 5, 7, 3, 9, 4, 7, 3, 12, 5, 7, 3, 20, 21, 7, 3, 9, 4, 7, 3]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("k", [2, 4, 8])
 def test_tree_greedy_equals_plain_greedy(target_model, toy_tokenizer, k):
     generator = SpeculativeGenerator(target_model, toy_tokenizer)
@@ -192,6 +197,7 @@ def peaked():
     return model, exact, DraftTree.from_candidates(candidates, max_nodes=12)
 
 
+@pytest.mark.stats
 def test_tree_sampling_follows_the_target_distribution(peaked):
     model, exact, tree = peaked
     assert len(tree.children(-1)) == 3
@@ -199,6 +205,7 @@ def test_tree_sampling_follows_the_target_distribution(peaked):
     assert chi_square_pvalue(counts, exact) > 0.001
 
 
+@pytest.mark.stats
 def test_checking_candidates_independently_fails_the_same_test(peaked):
     model, exact, tree = peaked
     counts = pair_counts(IndependentCandidatesGenerator, model, tree, seed=1000)
@@ -253,6 +260,7 @@ def confidence_pairs(model, drafter, min_confidence: float) -> dict[tuple[int, i
     return counts
 
 
+@pytest.mark.stats
 def test_draft_model_with_a_confidence_stop_samples_the_target_distribution(peaked):
     """The stop is decided from the draft's distribution before sampling: output stays exact."""
     from decoding.drafters.draft_model import ModelDrafter
@@ -271,6 +279,7 @@ def test_draft_model_with_a_confidence_stop_samples_the_target_distribution(peak
     assert chi_square_pvalue(counts, exact, CONFIDENCE_TRIALS) > 0.001
 
 
+@pytest.mark.stats
 def test_dropping_an_unsure_token_after_sampling_it_fails_the_same_test(peaked):
     model, exact, _ = peaked
     drafter = DropUnsureTokenDrafter(tiny_model(seed=21, vocab_size=12, init_std=0.25), 12)

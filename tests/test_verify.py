@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from decoding.verify import greedy_verify, speculative_verify
+from decoding.verify import VerifyResult, greedy_verify, speculative_verify
+
+pytestmark = pytest.mark.unit
 
 V = 5
 
@@ -56,10 +58,11 @@ def test_shape_mismatch_raises():
 
 def test_greedy_accepts_while_draft_equals_argmax():
     logits = torch.tensor([[0.0, 9.0, 0, 0, 0], [0, 0, 9.0, 0, 0], [9.0, 0, 0, 0, 0], [0, 0, 0, 0, 9.0]])
-    assert greedy_verify(logits, [1, 2, 3]) == greedy_verify(logits, [1, 2, 3])
-    result = greedy_verify(logits, [1, 2, 3])
-    assert (result.num_accepted, result.next_token) == (2, 0)
+    # Row argmaxes are 1, 2, 0, 4: the draft 1, 2 matches, 3 does not, so the target's 0 comes next.
+    assert greedy_verify(logits, [1, 2, 3]) == VerifyResult(num_accepted=2, next_token=0)
     result = greedy_verify(logits, [1, 2, 0])
     assert (result.num_accepted, result.next_token) == (3, 4)
     result = greedy_verify(logits, [0, 2, 0])
     assert (result.num_accepted, result.next_token) == (0, 1)
+    with pytest.raises(ValueError, match="k \\+ 1"):
+        greedy_verify(logits, [1, 2])

@@ -15,6 +15,8 @@ from tests.conftest import STARTER_OPTIONS
 
 from tests.editors.conftest import require_program
 
+pytestmark = pytest.mark.editors
+
 pynvim = pytest.importorskip("pynvim")
 
 PLUGIN = Path(__file__).resolve().parents[2] / "editors" / "neovim"
