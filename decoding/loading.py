@@ -123,7 +123,7 @@ _PROBE_TEXT = "def main(argv):\n    return {'ok': [1, 2.5, \"é😀\"]}  # probe
 
 
 def check_draft_compatible(target: LoadedModel, draft: LoadedModel) -> None:
-    """Refuse a draft whose tokenizer maps text to other ids than the target's (shared case D8).
+    """Refuse a draft whose tokenizer maps text to other ids than the target's (docs/cases.md D8).
 
     The tokenizers must have the same vocabulary (token -> id) and encode a probe text identically.
     The models' logit widths may differ (e.g. Qwen2.5-Coder-0.5B pads its embedding to 151936 rows

@@ -2,7 +2,7 @@
 
 Speculative sampling is exact only if the draft probabilities used in the acceptance ratio are the
 distribution the draft token was actually sampled from, and the target probabilities are the
-distribution plain sampling would use (shared cases D4, D5). Both sides therefore go through
+distribution plain sampling would use (docs/cases.md D4, D5). Both sides therefore go through
 :func:`processed_probs` with the same :class:`SamplingParams`, in the same order as transformers'
 logits processors: temperature, then top-k, then top-p.
 """

@@ -4,9 +4,9 @@ Shared by the LSP features and ``speclsp complete``. It runs on the model worker
 resolved once by the caller (:mod:`lsp_server.request`).
 
 Special tokens never reach the text (they end generation, and a model spelling one out byte by
-byte is cut there too, shared case L8). :mod:`lsp_server.completion_mode` decides single- or multi-line
+byte is cut there too, docs/cases.md L8). :mod:`lsp_server.completion_mode` decides single- or multi-line
 before generation and :mod:`lsp_server.postprocess` trims the result after it (block ends, the suffix never repeated, syntax);
-line breaks are written in the document's own line ending (case L3).
+line breaks are written in the document's own line ending (docs/cases.md L3).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ FIM part. Snippets fill at most ``extra_tokens`` tokens, best first.
 
 The prefix keeps its last ``prefix_tokens`` tokens and the suffix its first ``suffix_tokens``,
 each cut at a line boundary when one falls inside the kept part. The model always sees ``\\n`` line
-breaks (shared case L3); the caller converts the answer back to the document's own line ending.
+breaks (docs/cases.md L3); the caller converts the answer back to the document's own line ending.
 """
 
 from __future__ import annotations

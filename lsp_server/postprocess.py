@@ -4,11 +4,11 @@ The completion's mode (single- or multi-line) is decided before generation, in
 :mod:`lsp_server.completion_mode`; :func:`trim` applies it:
 
 * single line: cut at the line break; a tail that repeats the text right of the cursor is dropped
-  (``def area(radius|):`` never gets ``):`` twice; ``{ ok:| }`` only the gap; case L6);
+  (``def area(radius|):`` never gets ``):`` twice; ``{ ok:| }`` only the gap; docs/cases.md L6);
 * multi-line: cut at the end of the enclosing block (the first line indented less than the block, or
   at top level the next definition after a blank line); a closing line of a brace block is kept only
   if the document does not already close that block (tree-sitter decides); trailing lines that repeat
-  the lines already below the cursor are dropped (case L6); lines that add syntax errors at the end
+  the lines already below the cursor are dropped (docs/cases.md L6); lines that add syntax errors at the end
   are dropped (tree-sitter: the longest run of lines with the fewest errors in the window), as are a
   last line cut off by the token limit and a last line that opens a block without its body.
 
@@ -56,7 +56,7 @@ def trim(text: str, ctx: TrimContext) -> str:
 
 
 def _dedupe_line_suffix(completion: str, line_suffix: str) -> str:
-    """Drop a tail of ``completion`` that the text right of the cursor already holds (case L6)."""
+    """Drop a tail of ``completion`` that the text right of the cursor already holds (docs/cases.md L6)."""
     right = line_suffix.rstrip()
     if not right or not completion:
         return completion
@@ -112,7 +112,7 @@ def _closer_needed(kept: list[str], closer_line: str, ctx: TrimContext, parser) 
 
 
 def _drop_repeated_lines_below(lines: list[str], suffix: str) -> list[str]:
-    """Drop trailing lines equal (stripped) to the first non-blank lines below the cursor (case L6)."""
+    """Drop trailing lines equal (stripped) to the first non-blank lines below the cursor (docs/cases.md L6)."""
     below = [line.strip() for line in suffix.split("\n")[1:] if line.strip()][: len(lines)]
     for size in range(min(len(below), len(lines) - 1), 0, -1):
         tail = [line.strip() for line in lines[-size:]]

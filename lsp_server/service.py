@@ -5,11 +5,11 @@ Both ``textDocument/inlineCompletion`` and ``textDocument/completion`` come thro
 
 * before the models are ready, the answer is ``None`` (empty), not an error;
 * an unknown document or a position outside it is a JSON-RPC ``InvalidParams`` error with a clear
-  message (shared case L2);
+  message (docs/cases.md L2);
 * a newer request for the same document cancels the one in flight, which stops within one verify
   round and is answered with ``None``; so does ``$/cancelRequest``;
 * an automatic request with the cursor in leading whitespace and code right of it gets ``None``
-  without a model call (the user is indenting, shared case L7);
+  without a model call (the user is indenting, docs/cases.md L7);
 * typing the start of the completion just answered gets the rest of it at once (type-through cache);
 * every request is logged with its id, per-stage milliseconds and acceptance counts.
 """

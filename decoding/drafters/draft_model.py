@@ -4,7 +4,7 @@ The draft model keeps its own KV cache (:class:`decoding.kv_cache.KVCacheState`)
 committed tokens before each draft: rejected draft tokens are rolled back and committed tokens it has
 not seen yet (including the last draft token after a fully accepted round) are fed then. Each draft
 token is *sampled* from the draft's processed distribution (temperature, top-k, top-p exactly as the
-target's), and that distribution is returned as the draft probabilities (shared cases D4, D5).
+target's), and that distribution is returned as the draft probabilities (docs/cases.md D4, D5).
 
 Drafting stops early when the draft is unsure: when the largest probability of the next draft
 distribution (processed when sampling, plain softmax when greedy) is below ``min_confidence``, the

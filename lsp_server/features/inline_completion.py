@@ -1,7 +1,7 @@
 """``textDocument/inlineCompletion`` (LSP 3.18): ghost text at the cursor.
 
 Answers one item that always carries a ``range`` (an empty range at the cursor, in the negotiated
-position encoding, shared case L5), or an empty list when there is nothing to offer.
+position encoding, docs/cases.md L5), or an empty list when there is nothing to offer.
 """
 
 from __future__ import annotations
