@@ -2,7 +2,7 @@
 ``speclsp eval models``.
 
 * :func:`fim_prompts`: fill-in-the-middle at the end of a line, the next line missing, built by the
-  server's own prompt builder (:func:`lsp_server.context.build_context`), so a FIM figure measures the
+  server's own prompt builder (:func:`lsp_server.prompt.build_prompt`), so a FIM figure measures the
   prompts that are served;
 * :func:`edit_prompts`: a function, then a comment asking for it again with one identifier renamed;
 * :func:`entropy_prompts`: a chunk's tokens shuffled, text where drafts rarely match.
@@ -17,7 +17,7 @@ import re
 from lsprotocol import types
 
 from bench.corpus import held_out_texts, rename_identifier
-from lsp_server.context import build_context
+from lsp_server.prompt import build_prompt
 from lsp_server.documents import Document
 from lsp_server.positions import codec_for
 from lsp_server.request import resolve_request
@@ -58,7 +58,7 @@ def fim_prompts(texts: list[str], tokenizer, count: int, rng: random.Random,
         line_starts = document.lines.starts
         row = bisect.bisect_right(line_starts, cursor) - 1
         position = types.Position(line=row, character=cursor - line_starts[row])
-        context = build_context(resolve_request(document, position, codec, budget), tokenizer)
+        context = build_prompt(resolve_request(document, position, codec, budget), tokenizer)
         pairs.append((context.prompt_ids, line.rstrip("\n")))
     return pairs
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from decoding.engine import Engine
 from decoding.generate import Generation
 from lsp_server.completion_mode import Mode, decide_mode
-from lsp_server.context import CompletionContext, build_context
+from lsp_server.prompt import Prompt, build_prompt
 from lsp_server.documents import Document
 from lsp_server.draft_sources import DraftSources
 from lsp_server.positions import to_document_text
 from lsp_server.postprocess import TrimContext, trim
-from lsp_server.repo_context import label, related_files
+from lsp_server.related_files import label, related_files
 from lsp_server.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest
 
@@ -32,17 +32,17 @@ class Completion:
     """The answer for one request."""
 
     insert_text: str  # ready to insert at the cursor, in the document's line ending
-    context: CompletionContext
+    prompt: Prompt
     generation: Generation
     mode: Mode
-    ms: dict[str, float] = field(default_factory=dict)  # context, engine (the whole generate call), postprocess
+    ms: dict[str, float] = field(default_factory=dict)  # prompt, engine (the whole generate call), postprocess
 
 
-def postprocess(text: str, context: CompletionContext, mode: Mode, language_id: str,
+def postprocess(text: str, prompt: Prompt, mode: Mode, language_id: str,
                 finish_reason: str = "stop") -> str:
     """Model text -> insert text in the document's line ending (see :func:`lsp_server.postprocess.trim`)."""
-    trimmed = trim(text, TrimContext(context.prefix, context.suffix, language_id, mode, finish_reason))
-    return to_document_text(trimmed, context.eol)
+    trimmed = trim(text, TrimContext(prompt.prefix, prompt.suffix, language_id, mode, finish_reason))
+    return to_document_text(trimmed, prompt.eol)
 
 
 def complete(
@@ -71,13 +71,13 @@ def complete(
     snippet_chars = 4 * settings.extra_tokens if capabilities.repo_prompt else 0
     related, snippets = related_files(document, request.offset, other_documents, repo, snippet_chars)
     repo_names = (repo.repo_name() if repo is not None else "workspace", label(repo, document.uri))
-    context = build_context(request, engine.tokenizer, snippets, repo_names, sources.encoder(engine), capabilities)
-    mode = decide_mode(context.prefix, context.line_suffix, document.language_id)
-    sources.sync(engine, request, context, other_documents, related)
+    prompt = build_prompt(request, engine.tokenizer, snippets, repo_names, sources.encoder(engine), capabilities)
+    mode = decide_mode(prompt.prefix, prompt.line_suffix, document.language_id)
+    sources.sync(engine, request, prompt, other_documents, related)
     t1 = time.perf_counter()
-    generation = engine.generate(context.prompt_ids, settings.generation_config(mode.multi_line, engine, seed),
+    generation = engine.generate(prompt.prompt_ids, settings.generation_config(mode.multi_line, engine, seed),
                                  settings.drafter, should_stop=request.cancelled.is_set, cache_key=document.uri)
     t2 = time.perf_counter()
-    insert_text = postprocess(generation.text, context, mode, document.language_id, generation.finish_reason)
+    insert_text = postprocess(generation.text, prompt, mode, document.language_id, generation.finish_reason)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
-    return Completion(insert_text, context, generation, mode, ms)
+    return Completion(insert_text, prompt, generation, mode, ms)

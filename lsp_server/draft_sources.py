@@ -23,10 +23,10 @@ from __future__ import annotations
 import functools
 
 from decoding.engine import Engine
-from lsp_server.context import CompletionContext
+from lsp_server.prompt import Prompt
 from lsp_server.documents import Document
 from lsp_server.prompt_tokens import PromptEncoder, SourceKey
-from lsp_server.repo_context import MAX_SOURCE_CHARS, Candidate
+from lsp_server.related_files import MAX_SOURCE_CHARS, Candidate
 from lsp_server.request import CompletionRequest
 
 COLD_PART_CHARS = 8_000  # a document part longer than this is first tokenised after the answer (deferring)
@@ -72,14 +72,14 @@ class DraftSources:
         """A file on disk changed (the index watcher): drop the n-gram source of its old text."""
         engine.forget_source(SourceKey(uri))
 
-    def sync(self, engine: Engine, request: CompletionRequest, context: CompletionContext,
+    def sync(self, engine: Engine, request: CompletionRequest, prompt: Prompt,
              other_documents: list[Document], related: list[Candidate]) -> None:
         """Make the engine's n-gram store hold this request's sources (see the module docstring).
 
         Args:
             other_documents: the other open buffers, most recently touched first.
             related: the repository files and buffers chosen for the cursor
-                (:func:`lsp_server.repo_context.related_files`).
+                (:func:`lsp_server.related_files.related_files`).
         """
         document = request.document
         sources: dict[SourceKey, tuple[object, object]] = {}  # key -> (version, text or its tokens' getter)
@@ -94,18 +94,18 @@ class DraftSources:
                 sources[key] = (candidate.version, candidate.text)
                 if key not in open_keys:
                     repo_files.add(key)
-        parts = self._document_parts(engine, request, context, sources)
+        parts = self._document_parts(engine, request, prompt, sources)
         engine.sync_sources(sources, retain=repo_files, drop=open_keys, searched=parts)
 
-    def _document_parts(self, engine: Engine, request: CompletionRequest, context: CompletionContext,
+    def _document_parts(self, engine: Engine, request: CompletionRequest, prompt: Prompt,
                         sources: dict) -> set[SourceKey]:
         """Add the document's parts outside the prompt window to ``sources``; returns their keys."""
         document = request.document
-        if not context.truncated or len(document.text) > MAX_SOURCE_CHARS:
+        if not prompt.truncated or len(document.text) > MAX_SOURCE_CHARS:
             return set()
         full_prefix, full_suffix = document.model_split(request.offset)
-        above = full_prefix[: len(full_prefix) - len(context.prefix)]
-        below = full_suffix[len(context.suffix):]
+        above = full_prefix[: len(full_prefix) - len(prompt.prefix)]
+        below = full_suffix[len(prompt.suffix):]
         encoder, whole = self.encoder(engine), SourceKey(document.uri)
         parts = set()
         for part, text, at in (("above", above, 0), ("below", below, -len(below))):  # found from the ends

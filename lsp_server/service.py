@@ -197,7 +197,7 @@ class CompletionService:
         if status != "ok" or not completion.insert_text.strip():
             return None
         self.type_through.remember(uri, request.document.text, request.offset, completion.insert_text)
-        return self._answer(request, completion.insert_text, completion.context.cursor_offset, completion)
+        return self._answer(request, completion.insert_text, completion.prompt.cursor_offset, completion)
 
     async def _generate(self, request: CompletionRequest, log) -> tuple[float, Completion | None]:
         """Run the completion on the model thread: (ms queued, the completion or ``None`` when it was

@@ -13,7 +13,7 @@ from decoding.engine import Engine, EngineConfig
 from decoding.generate import GenerationConfig, _Output
 from lsp_server.completer import complete, postprocess
 from lsp_server.completion_mode import decide_mode
-from lsp_server.context import build_context
+from lsp_server.prompt import build_prompt
 from lsp_server.documents import Document
 from lsp_server.draft_sources import DraftSources
 from lsp_server.positions import codec_for
@@ -43,7 +43,7 @@ def held_out_prompts(engine, count: int) -> list[list[int]]:
         document = Document(path.as_uri(), text, 0, "python")
         request = resolve_request(document, types.Position(line=line, character=0), UTF16,
                                   Settings(prefix_tokens=256, suffix_tokens=64))
-        context = build_context(request, engine.tokenizer)
+        context = build_prompt(request, engine.tokenizer)
         prompts.append(context.prompt_ids)
     return prompts[:count]
 
@@ -52,7 +52,7 @@ def test_special_tokens_spelled_out_as_text_are_cut(engine):
     """No special token in the inserted text (docs/cases.md L8): a model writing '<|endoftext|>' byte by
     byte (not as the special id) is cut there too."""
     document = Document("file:///a.py", "def f():\n    ", 1, "python")
-    context = build_context(resolve_request(document, types.Position(line=1, character=4), UTF16), engine.tokenizer)
+    context = build_prompt(resolve_request(document, types.Position(line=1, character=4), UTF16), engine.tokenizer)
     mode = decide_mode(context.prefix, context.line_suffix, "python")
     config = Settings().generation_config(mode.multi_line, engine)
     assert set(engine.tokenizer.all_special_tokens) <= set(config.stop_strings)
@@ -68,11 +68,11 @@ def test_special_tokens_spelled_out_as_text_are_cut(engine):
 
 
 def test_postprocess_single_line_crlf_and_trailing_space(engine):
-    single = build_context(resolve_request(Document("file:///a.py", "x = foo()\r\n", 1, "python"),
+    single = build_prompt(resolve_request(Document("file:///a.py", "x = foo()\r\n", 1, "python"),
                                            types.Position(line=0, character=8), UTF16), engine.tokenizer)
     single_mode = decide_mode(single.prefix, single.line_suffix, "python")
     assert not single_mode.multi_line and postprocess("a, b\n    more", single, single_mode, "python") == "a, b"
-    multi = build_context(resolve_request(Document("file:///b.py", "def f():\r\n    ", 1, "python"),
+    multi = build_prompt(resolve_request(Document("file:///b.py", "def f():\r\n    ", 1, "python"),
                                           types.Position(line=1, character=4), UTF16), engine.tokenizer)
     multi_mode = decide_mode(multi.prefix, multi.line_suffix, "python")
     assert multi_mode.multi_line
@@ -161,8 +161,8 @@ def test_large_document_parts_are_tokenised_after_the_first_answer_then_drafted_
     second = complete(engine, request, sources=sources)
     above = engine.sources.tokens(above_key)
     assert above == engine.tokenizer.encode(text[: len(text) - len(text.split("\n", line)[-1])][: -len(
-        second.context.prefix)], add_special_tokens=False)
-    assert first.context.prefix == second.context.prefix
+        second.prompt.prefix)], add_special_tokens=False)
+    assert first.prompt.prefix == second.prompt.prefix
     sources.document_closed(engine, document.uri)
     assert above_key not in engine.sources
 

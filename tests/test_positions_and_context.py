@@ -8,7 +8,7 @@ from lsprotocol import types
 from transformers import AutoTokenizer
 
 from decoding.starter import TARGET_DIR
-from lsp_server.context import build_context
+from lsp_server.prompt import build_prompt
 from lsp_server.documents import Document, DocumentStore
 from lsp_server.positions import LineIndex, PositionError, codec_for, line_ending, to_document_text
 from lsp_server.request import resolve_request
@@ -51,7 +51,7 @@ def test_l1_prefix_and_suffix_split_exactly_at_cursor(tokenizer):
     position = types.Position(line=2, character=units('    print("Goodbye, ', "utf-16"))
     request = resolve_request(document, position, UTF16)
     assert (request.line_prefix, request.line_suffix) == ('    print("Goodbye, ', '")')
-    context = build_context(request, tokenizer)
+    context = build_prompt(request, tokenizer)
     assert context.prefix.endswith('    print("Goodbye, ') and context.prefix.startswith("# 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 😀")
     assert context.suffix == '")\n'
     assert context.line_suffix == '")'
@@ -114,7 +114,7 @@ def test_l3_crlf_prompt_equals_lf_prompt(tokenizer):
     lf = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return \n"
     crlf = lf.replace("\n", "\r\n")
     position = types.Position(line=4, character=11)
-    contexts = [build_context(resolve_request(Document("file:///x.py", t, 1, "python"), position, UTF16), tokenizer)
+    contexts = [build_prompt(resolve_request(Document("file:///x.py", t, 1, "python"), position, UTF16), tokenizer)
                 for t in (lf, crlf)]
     assert contexts[0].prompt_ids == contexts[1].prompt_ids
     assert (contexts[0].eol, contexts[1].eol) == ("\n", "\r\n")
@@ -125,7 +125,7 @@ def test_budget_keeps_whole_lines_at_the_tail(tokenizer):
     text = "".join(f"value_{i} = compute({i})\n" for i in range(400))
     document = Document("file:///big.py", text, 1, "python")
     position = types.Position(line=399, character=8)
-    context = build_context(resolve_request(document, position, UTF16, Settings(prefix_tokens=64, suffix_tokens=8)),
+    context = build_prompt(resolve_request(document, position, UTF16, Settings(prefix_tokens=64, suffix_tokens=8)),
                             tokenizer)
     assert context.prefix.startswith("value_") and context.prefix.endswith("value_39")
     assert len(tokenizer.encode(context.prefix)) <= 64
@@ -142,7 +142,7 @@ def test_long_prefix_start_stays_put_while_typing_so_the_prompt_cache_is_reused(
         document = Document("file:///long.py", body + typed, 1, "python")
         lines = body.count("\n")
         request = resolve_request(document, types.Position(line=lines, character=len(typed)), UTF16, budget)
-        context = build_context(request, tokenizer)
+        context = build_prompt(request, tokenizer)
         assert len(context.prompt_ids) <= 512 + 16 + 3
         assert ("\n" + context.prefix) in ("\n" + body + typed)  # cut at a line start
         if previous is not None:

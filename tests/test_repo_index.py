@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from lsprotocol import types
 
-from lsp_server.context import build_context
+from lsp_server.prompt import build_prompt
 from lsp_server.documents import Document
 from lsp_server.file_watch import IndexWatcher
 from lsp_server.positions import codec_for
-from lsp_server.repo_context import Candidate, candidates, select_snippets
+from lsp_server.related_files import Candidate, candidates, select_snippets
 from lsp_server.repo_index import IndexConfig, RepoIndex, identifiers, is_secret
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
@@ -195,18 +195,18 @@ def test_repository_prompt_format_and_budget():
     from transformers import AutoTokenizer
 
     from decoding.starter import TARGET_DIR
-    from lsp_server.repo_context import Snippet
+    from lsp_server.related_files import Snippet
 
     tokenizer = AutoTokenizer.from_pretrained(TARGET_DIR, local_files_only=True)
     document = Document("file:///proj/app/main.py", "def main():\n    return \n", 1, "python")
     snippets = [Snippet("app/util.py", "def helper_value():\n    return 42", 0.5),
                 Snippet("lib/big.py", "x = 1\n" * 400, 0.4)]
     position = types.Position(line=1, character=11)
-    context = build_context(resolve_request(document, position, codec_for("utf-16"), Settings(extra_tokens=64)),
+    context = build_prompt(resolve_request(document, position, codec_for("utf-16"), Settings(extra_tokens=64)),
                             tokenizer, snippets, ("proj", "app/main.py"))
     text = tokenizer.decode(context.prompt_ids)
     assert text.startswith("<|repo_name|>proj\n<|file_sep|>app/util.py\ndef helper_value():\n    return 42\n"
                            "<|file_sep|>app/main.py\n<|fim_prefix|>def main():")
     assert "lib/big.py" not in text and context.snippets == ("app/util.py",)  # over the budget
-    plain = build_context(resolve_request(document, position, codec_for("utf-16")), tokenizer, snippets, None)
+    plain = build_prompt(resolve_request(document, position, codec_for("utf-16")), tokenizer, snippets, None)
     assert tokenizer.decode(plain.prompt_ids).startswith("<|fim_prefix|>")

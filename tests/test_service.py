@@ -108,14 +108,14 @@ async def test_l1_l5_ranges_in_the_negotiated_encoding(monkeypatch, encoding):
     from lsp_server import service as service_module
     from lsp_server.completer import Completion
     from lsp_server.completion_mode import Mode
-    from lsp_server.context import build_context
+    from lsp_server.prompt import build_prompt
     from decoding.generate import Generation
     from decoding.stats import GenerationStats
 
     seen = {}
 
     def fake_complete(engine, request, others, repo=None, sources=None):
-        context = build_context(request, _tokenizer())
+        context = build_prompt(request, _tokenizer())
         seen["prefix"], seen["suffix"] = context.prefix, context.suffix
         return Completion("world", context, Generation([1], "world", "stop", GenerationStats()), Mode(False))
 

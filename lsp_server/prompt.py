@@ -1,4 +1,4 @@
-"""Context builder: document + cursor -> fill-in-the-middle prompt.
+"""The prompt builder: a resolved request -> fill-in-the-middle prompt.
 
 The prompt is PSM order with Qwen2.5-Coder's special tokens (Bavarian et al. 2022, section 3;
 Qwen2.5-Coder technical report, section 3): ``<|fim_prefix|>`` prefix ``<|fim_suffix|>`` suffix
@@ -37,7 +37,7 @@ _LINE_SEARCH_TOKENS = 64  # how far the cut looks for a token that starts exactl
 
 
 @dataclass(frozen=True)
-class CompletionContext:
+class Prompt:
     """A prompt for one completion request and what post-processing needs to know."""
 
     prompt_ids: list[int]
@@ -122,16 +122,16 @@ def _repo_header(tokenizer, repo_tokens: tuple[int, int], repo: tuple[str, str],
     return ids, tuple(labels)
 
 
-def build_context(
+def build_prompt(
     request: CompletionRequest, tokenizer, snippets=(), repo: tuple[str, str] | None = None,
     encoder: PromptEncoder | None = None, capabilities: ModelCapabilities | None = None,
-) -> CompletionContext:
+) -> Prompt:
     """The FIM prompt for a request's cursor, within the token budgets of the request's settings
     (``prefix_tokens``, ``suffix_tokens``, ``extra_tokens``).
 
     Args:
         tokenizer: a transformers tokenizer (fast, for offsets).
-        snippets: :class:`lsp_server.repo_context.Snippet` objects, best first; used with ``repo``.
+        snippets: :class:`lsp_server.related_files.Snippet` objects, best first; used with ``repo``.
         repo: (repository name, current file's path label) to use the repository-level format; ``None``
             (or a model without it) gives the plain FIM prompt.
         encoder: keeps the previous request's tokens of this document's prefix and suffix, so only
@@ -161,7 +161,7 @@ def build_context(
             prompt_ids = header + prompt_ids
     else:
         suffix, prompt_ids = "", prefix_ids or [tokenizer.eos_token_id or 0]
-    return CompletionContext(
+    return Prompt(
         prompt_ids=prompt_ids,
         prefix=prefix,
         suffix=suffix,

@@ -1,4 +1,4 @@
-"""Cross-file context: which other files' text goes into the prompt and into the n-gram drafter.
+"""Related files: which other files' text goes into the prompt and into the n-gram drafter.
 
 Candidates come in order of likely use: the other open buffers, most recently edited or opened
 first, then indexed repository files. Each is scored by Jaccard similarity between its identifier
