@@ -23,7 +23,7 @@ import torch
 from tokenizers.decoders import DecodeStream
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from decoding.adaptive import VerifyCost
+from decoding.draft_length import VerifyCost
 from decoding.drafters.base import DraftContext, Drafter
 from decoding.kv_cache import KVCacheState
 from decoding.sampling import SamplingParams, processed_probs
