@@ -57,6 +57,7 @@ class VerifyCost:
 
     def __init__(self, per_size: int = 16, min_passes: int = 8, refresh_every: int = 8):
         self.samples: dict[int, deque[float]] = {}  # tokens fed -> the last ms of passes that fed that many
+        self.mean_ms = 0.0  # EMA of one pass's ms over every size (0: none recorded yet)
         self.per_size = per_size
         self.min_passes = min_passes
         self.refresh_every = refresh_every  # passes recorded before a computed table is computed again
@@ -65,6 +66,7 @@ class VerifyCost:
 
     def record(self, tokens_fed: int, ms: float) -> None:
         """One pass that fed ``tokens_fed`` (>= 1) tokens and took ``ms`` milliseconds."""
+        self.mean_ms = ms if self.mean_ms == 0 else 0.8 * self.mean_ms + 0.2 * ms
         if tokens_fed >= 1 and ms > 0:
             self.samples.setdefault(tokens_fed, deque(maxlen=self.per_size)).append(ms)
             self._since_table += 1
