@@ -20,8 +20,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from decoding.adaptive import DraftLengthPolicy
-from decoding.drafters.adaptive import AdaptiveDrafter
+from decoding.draft_length import DraftLengthPolicy
+from decoding.drafters.switching import SwitchingDrafter
 from decoding.drafters.base import Drafter
 from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramConfig, NgramDrafter
@@ -167,16 +167,16 @@ class Engine:
         sources = self.sources if sources is None else sources
         ngram = NgramDrafter(self.config.ngram, sources)
         if mode == "ngram":
-            return AdaptiveDrafter([ngram], self.policy)
+            return SwitchingDrafter([ngram], self.policy)
         if mode == "tree":
-            return AdaptiveDrafter([NgramDrafter(self.config.ngram, sources, max_candidates=TREE_CANDIDATES)], self.policy)
+            return SwitchingDrafter([NgramDrafter(self.config.ngram, sources, max_candidates=TREE_CANDIDATES)], self.policy)
         if self.model_drafter is None:
             if mode == "model":
                 raise ValueError("drafter 'model' needs a draft model; none is loaded (draft model 'none')")
-            return AdaptiveDrafter([ngram], self.policy)
+            return SwitchingDrafter([ngram], self.policy)
         if mode == "model":
-            return AdaptiveDrafter([self.model_drafter], self.policy)
-        return AdaptiveDrafter([ngram, self.model_drafter], self.policy)
+            return SwitchingDrafter([self.model_drafter], self.policy)
+        return SwitchingDrafter([ngram, self.model_drafter], self.policy)
 
     def reset_caches(self) -> None:
         """Forget the cached prompts of the target and the draft model (the next prompt is prefilled cold)."""

@@ -1,16 +1,24 @@
-"""The speculative generation loop: draft, verify in one target pass, commit, roll back, repeat.
+"""The speculative generation loop: prefill, then draft, verify in one target pass, commit, repeat.
 
-Each round:
+:meth:`SpeculativeGenerator.generate` prefills the uncached part of the prompt, then runs rounds:
 
-1. the drafter proposes k tokens after the committed ones (k = 0 without a drafter: plain decoding
-   through the very same code, the reference the speculative paths must equal);
-2. the target runs one forward pass over ``[last committed] + draft`` (k + 1 positions);
-3. :func:`decoding.verify.greedy_verify` or :func:`decoding.verify.speculative_verify` accepts a prefix
-   of the draft and yields one more token (residual sample or bonus token);
-4. the accepted tokens and that token are committed one at a time, each checked against the stop
-   tokens, the stop strings and ``max_new_tokens`` (shared cases D1-D3): nothing past a stop is
-   committed, counted or left in the cache;
-5. the target's KV cache is rolled back to "committed tokens minus the last".
+1. draft (:meth:`~SpeculativeGenerator._draft`): the drafter proposes k tokens after the committed
+   ones (k = 0 without a drafter: plain decoding through the very same code, the reference the
+   speculative paths must equal);
+2. verify (:meth:`~SpeculativeGenerator._verify`): the target runs one forward pass over
+   ``[last committed] + draft`` (k + 1 positions; a candidate tree is fed whole with a tree attention
+   mask); :func:`decoding.verify.greedy_verify` or :func:`decoding.verify.speculative_verify` (a chain)
+   or :func:`decoding.tree.tree_verify` (a tree) accepts a prefix (a branch) of the draft and yields
+   one more token (residual sample or bonus token); the target's KV cache is then rolled back to
+   "committed tokens minus the last" (the rollback is part of the timed pass: its cost is the pass's);
+3. commit (:meth:`_Run.commit`): the accepted tokens and that token are committed one at a time, each
+   checked against the stop tokens, the stop strings and ``max_new_tokens`` (shared cases D1-D3):
+   nothing past a stop is committed or counted, and after the last round nothing past it stays cached;
+4. learn (:func:`_learn`): the stats count the round's draft, and the drafter observes how many
+   tokens the target accepted.
+
+The verify pass times feed the cost model (:class:`decoding.draft_length.VerifyCost`), which drafters
+receive through :class:`decoding.drafters.base.DraftContext`.
 """
 
 from __future__ import annotations
@@ -23,8 +31,8 @@ import torch
 from tokenizers.decoders import DecodeStream
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from decoding.adaptive import VerifyCost
-from decoding.drafters.base import DraftContext, Drafter
+from decoding.draft_length import VerifyCost
+from decoding.drafters.base import Draft, DraftContext, Drafter
 from decoding.kv_cache import KVCacheState
 from decoding.sampling import SamplingParams, processed_probs
 from decoding.stats import GenerationStats
@@ -142,10 +150,71 @@ class _Output:
         return False
 
     def final_text(self) -> str:
+        """The output text: the committed tokens decoded at once (stop tokens dropped), cut before the
+        first stop string."""
         kept = [t for t in self.token_ids if t not in self.stop_ids]
         text = self.tokenizer.decode(kept, skip_special_tokens=True)
         cut = self._stop_cut(text) if self.config.stop_strings else None
         return text if cut is None else text[:cut]
+
+
+@dataclass
+class _Run:
+    """The state of one :meth:`SpeculativeGenerator.generate` call."""
+
+    config: GenerationConfig
+    generator: torch.Generator  # random source of sampling and of sampling drafters
+    output: _Output  # the committed new tokens and the stop decision
+    stats: GenerationStats
+    committed: list[int]  # every committed token id: the prompt, then the new tokens
+    started: float  # time.perf_counter() seconds at the start of the call
+
+    def draft_budget(self) -> int:
+        """Draft tokens this round may verify (k at most): a round commits k + 1 tokens at most, so
+        never draft past ``max_new_tokens``."""
+        return min(self.config.max_draft_tokens, self.config.max_new_tokens - len(self.output.token_ids) - 1)
+
+    def commit(self, tokens: list[int]) -> int:
+        """Commit ``tokens`` one at a time until the output is finished; returns how many were committed."""
+        num_committed = 0
+        for token in tokens:
+            num_committed += 1
+            self.committed.append(token)
+            if self.output.commit(token):
+                break
+        return num_committed
+
+    def result(self) -> Generation:
+        """The :class:`Generation`, with the total time (ms) stopped now."""
+        self.stats.new_tokens = len(self.output.token_ids)
+        self.stats.ms["total"] = 1000 * (time.perf_counter() - self.started)
+        return Generation(self.output.token_ids, self.output.final_text(), self.output.finish_reason, self.stats)
+
+
+@dataclass(frozen=True)
+class _Verified:
+    """The outcome of one verify pass."""
+
+    result: VerifyResult  # num_accepted, and the residual sample or bonus token
+    draft_tokens: list[int]  # the draft whose first num_accepted tokens were accepted (a tree: its accepted branch)
+    num_drafted: int  # draft tokens the pass fed after the last committed one (a tree: all its nodes)
+
+    @property
+    def new_tokens(self) -> list[int]:
+        """What the round commits unless a stop comes first: the accepted tokens, then the next token."""
+        return [*self.draft_tokens[: self.result.num_accepted], self.result.next_token]
+
+
+def _learn(run: _Run, drafter: Drafter, draft: Draft, verified: _Verified, num_committed: int) -> None:
+    """After a drafted round: the stats count the draft tokens that were committed, and the drafter
+    learns how many the target accepted, even where a stop cut the round short (that is no rejection).
+
+    Args:
+        num_committed: tokens the round committed (``<= num_accepted + 1``).
+    """
+    num_accepted = verified.result.num_accepted
+    run.stats.record_draft(draft.source, verified.num_drafted, min(num_accepted, num_committed))
+    drafter.observe(draft, num_accepted)
 
 
 class SpeculativeGenerator:
@@ -164,16 +233,147 @@ class SpeculativeGenerator:
         self.tokenizer = tokenizer
         self.state = KVCacheState(model)
         self.default_stop_ids = end_of_sequence_ids(model, tokenizer)
-        self._verify_ms = 0.0  # EMA of one verify pass, handed to drafters for cost estimates
-        self.verify_cost = VerifyCost()  # pass time against tokens fed, for the draft-length policy
+        self.verify_cost = VerifyCost()  # the verify passes' times: the cost model's verify part
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        drafter: Drafter | None,
+        config: GenerationConfig,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Generation:
+        """Generate a continuation of ``prompt_ids``.
+
+        Args:
+            prompt_ids: the prompt's token ids (at least one).
+            drafter: proposes draft tokens each round; ``None`` for plain decoding.
+            config: limits, sampling and stops.
+            should_stop: polled before the prefill, between prefill pieces and before each verify
+                round; when it returns True the generation ends with finish reason ``"cancelled"`` and
+                what was committed so far.
+        Returns:
+            :class:`Generation`.
+        Raises:
+            ValueError: if ``prompt_ids`` is empty.
+        """
+        if not prompt_ids:
+            raise ValueError("the prompt must hold at least one token")
+        stats, started = GenerationStats(prompt_tokens=len(prompt_ids)), time.perf_counter()
+        stop_ids = config.stop_token_ids if config.stop_token_ids is not None else self.default_stop_ids
+        run = _Run(config, self._generator(config.seed), _Output(self.tokenizer, config, stop_ids), stats,
+                   list(prompt_ids), started)
+        if should_stop is not None and should_stop():
+            run.output.finish_reason = FINISH_CANCELLED
+            return run.result()  # before any work: the cache is left as the previous call left it
+        self._prefill(run, should_stop)
+        while run.output.finish_reason is None:
+            if should_stop is not None and should_stop():
+                run.output.finish_reason = FINISH_CANCELLED
+                break
+            budget = run.draft_budget()
+            draft = self._draft(run, drafter, budget)
+            verified = self._verify(run, draft, budget)
+            num_committed = run.commit(verified.new_tokens)
+            if draft is not None:
+                _learn(run, drafter, draft, verified, num_committed)
+        # Nothing past the output stays cached: keep at most the committed tokens minus the last.
+        self.state.rollback(min(len(self.state), max(len(run.committed) - 1, 0)))
+        return run.result()
 
     def _generator(self, seed: int | None) -> torch.Generator:
+        """A random source on the model's device, seeded with ``seed`` (``None``: nondeterministically)."""
         generator = torch.Generator(device=self.model.device)
         if seed is None:
             generator.seed()
         else:
             generator.manual_seed(seed)
         return generator
+
+    def _prefill(self, run: _Run, should_stop: Callable[[], bool] | None) -> None:
+        """Feed the uncached prompt tokens but the last (the first round feeds that one) into the cache.
+
+        With ``should_stop``, in pieces of ``config.prefill_chunk_tokens`` tokens, polling it between
+        pieces; when it turns true the output finishes as cancelled and the pieces fed stay cached.
+        Adds the prefill time (ms) and the reused / computed prompt token counts to the stats.
+        """
+        pending = self.state.sync(run.committed)  # uncached prompt tokens
+        run.stats.prefill_reused = len(run.committed) - len(pending)
+        run.stats.prefill_computed = len(pending)
+        if len(pending) <= 1:
+            return
+        t0 = time.perf_counter()
+        to_feed = pending[:-1]
+        chunk = run.config.prefill_chunk_tokens
+        step = chunk if should_stop is not None and chunk else len(to_feed)
+        for start in range(0, len(to_feed), step):
+            if start and should_stop():  # superseded: what is cached so far serves the next prompt
+                run.output.finish_reason = FINISH_CANCELLED
+                break
+            self.state.forward(to_feed[start : start + step], logits_to_keep=1)
+        run.stats.ms["prefill"] += 1000 * (time.perf_counter() - t0)
+
+    def _draft(self, run: _Run, drafter: Drafter | None, budget: int) -> Draft | None:
+        """The drafter's proposal of at most ``budget`` tokens after the committed ones, or ``None``
+        (no drafter, no budget, or nothing to propose). Adds the drafting time (ms) to the stats.
+
+        The drafter gets the cost model's figures (the mean verify pass in ms, and the cost of
+        verifying k tokens over one, k = 0..budget) only without a seed: with a seed, drafting
+        decisions must not depend on wall-clock timing, or the same seed would consume the random
+        stream differently from run to run.
+        """
+        if drafter is None or budget <= 0:
+            return None
+        t0 = time.perf_counter()
+        timed = run.config.seed is None
+        context = DraftContext(run.committed, budget, run.config.sampling, run.generator,
+                               self.verify_cost.mean_ms if timed else 0.0, run.config.draft_min_confidence,
+                               self.verify_cost.relative_costs(budget) if timed else None)
+        draft = drafter.propose(context)
+        run.stats.ms["draft"] += 1000 * (time.perf_counter() - t0)
+        return draft
+
+    def _verify(self, run: _Run, draft: Draft | None, budget: int) -> _Verified:
+        """One timed target pass over the last committed token and ``draft`` (a chain cut to ``budget``
+        tokens, or a tree; none: plain decoding). Afterwards the cache holds the committed tokens and the
+        accepted ones: once the round is committed, "committed tokens minus the last" (the rollback
+        invariant). Adds the pass and its time (ms) to the stats and records it in the cost model."""
+        t0 = time.perf_counter()
+        root_token = run.committed[-1]
+        if draft is not None and draft.tree is not None:
+            result, branch = self._verify_tree(root_token, draft.tree, run.config, run.generator)
+            verified = _Verified(result, branch, len(draft.tree))
+        else:
+            tokens = draft.tokens[:budget] if draft is not None else []
+            probs = draft.draft_probs if draft is not None else None  # (k', V) float32, or None: deterministic
+            draft_probs = probs[: len(tokens)] if probs is not None else None  # (k, V)
+            verified = _Verified(self._verify_chain(root_token, tokens, draft_probs, run.config, run.generator),
+                                 tokens, len(tokens))
+        elapsed_ms = 1000 * (time.perf_counter() - t0)
+        run.stats.ms["verify"] += elapsed_ms
+        run.stats.target_passes += 1
+        self.verify_cost.record(1 + verified.num_drafted, elapsed_ms)
+        return verified
+
+    def _verify_chain(self, root_token: int, draft_tokens: list[int], draft_probs: torch.Tensor | None,
+                      config: GenerationConfig, generator: torch.Generator | None) -> VerifyResult:
+        """One target pass over ``[root_token] + draft_tokens`` (k + 1 positions), verified greedily or
+        by speculative sampling; keeps the accepted tokens in the cache.
+
+        Args:
+            root_token: the last committed token (not cached yet).
+            draft_tokens: the k draft token ids.
+            draft_probs: ``(k, V)`` float32 draft distributions, or ``None`` for a deterministic draft.
+        """
+        cached_before = len(self.state)  # == committed tokens - 1
+        target_logits = self.state.forward([root_token, *draft_tokens]).float()  # (k + 1, V)
+        if config.sampling.greedy:
+            result = greedy_verify(target_logits, draft_tokens)
+        else:
+            target_probs = processed_probs(target_logits, config.sampling)  # (k + 1, V)
+            result = speculative_verify(target_probs, draft_tokens, draft_probs, generator)
+        # Rollback invariant: the cache holds the committed tokens minus the last.
+        self.state.rollback(cached_before + 1 + result.num_accepted)
+        return result
 
     @torch.inference_mode()
     def _verify_tree(self, root_token: int, tree: DraftTree, config: GenerationConfig,
@@ -192,109 +392,3 @@ class SpeculativeGenerator:
         # Rollback invariant: the cache holds the committed tokens minus the last (root + branch).
         self.state.keep(cached_before + 1, [cached_before + 1 + node for node in outcome.path])
         return VerifyResult(len(outcome.path), outcome.next_token), [tree.tokens[n] for n in outcome.path]
-
-    def generate(
-        self,
-        prompt_ids: list[int],
-        drafter: Drafter | None,
-        config: GenerationConfig,
-        should_stop: Callable[[], bool] | None = None,
-    ) -> Generation:
-        """Generate a continuation of ``prompt_ids``.
-
-        Args:
-            prompt_ids: the prompt's token ids (at least one).
-            drafter: proposes draft tokens each round; ``None`` for plain decoding.
-            config: limits, sampling and stops.
-            should_stop: polled between verify rounds; when it returns True the generation ends
-                with finish reason ``"cancelled"`` and what was committed so far.
-        Returns:
-            :class:`Generation`.
-        Raises:
-            ValueError: if ``prompt_ids`` is empty.
-        """
-        if not prompt_ids:
-            raise ValueError("the prompt must hold at least one token")
-        stats = GenerationStats(prompt_tokens=len(prompt_ids))
-        started = time.perf_counter()
-        generator = self._generator(config.seed)
-        stop_ids = config.stop_token_ids if config.stop_token_ids is not None else self.default_stop_ids
-        output = _Output(self.tokenizer, config, stop_ids)
-        committed = list(prompt_ids)
-
-        if should_stop is not None and should_stop():
-            stats.ms["total"] = 1000 * (time.perf_counter() - started)
-            return Generation([], "", FINISH_CANCELLED, stats)
-        pending = self.state.sync(committed)  # uncached prompt tokens; the last is fed by the first round
-        stats.prefill_reused = len(committed) - len(pending)
-        stats.prefill_computed = len(pending)
-        if len(pending) > 1:
-            t0 = time.perf_counter()
-            to_feed = pending[:-1]
-            step = config.prefill_chunk_tokens if should_stop is not None and config.prefill_chunk_tokens else len(to_feed)
-            for start in range(0, len(to_feed), step):
-                if start and should_stop():  # superseded: what is cached so far serves the next prompt
-                    output.finish_reason = FINISH_CANCELLED
-                    break
-                self.state.forward(to_feed[start : start + step], logits_to_keep=1)
-            stats.ms["prefill"] += 1000 * (time.perf_counter() - t0)
-
-        while output.finish_reason is None:
-            if should_stop is not None and should_stop():
-                output.finish_reason = FINISH_CANCELLED
-                break
-            # A round commits k + 1 tokens at most: never draft past max_new_tokens.
-            budget = min(config.max_draft_tokens, config.max_new_tokens - len(output.token_ids) - 1)
-            draft = None
-            if drafter is not None and budget > 0:
-                t0 = time.perf_counter()
-                # With a seed, drafting decisions must not depend on wall-clock timing, or the same seed
-                # would consume the random stream differently from run to run: no timing is passed.
-                timed = config.seed is None
-                draft = drafter.propose(DraftContext(
-                    committed, budget, config.sampling, generator, self._verify_ms if timed else 0.0,
-                    config.draft_min_confidence, self.verify_cost.relative_costs(budget) if timed else None))
-                stats.ms["draft"] += 1000 * (time.perf_counter() - t0)
-            tree = draft.tree if draft is not None else None
-            draft_tokens = draft.tokens[:budget] if draft is not None and tree is None else []
-
-            t0 = time.perf_counter()
-            cached_before = len(self.state)  # == len(committed) - 1
-            if tree is not None:
-                result, draft_tokens = self._verify_tree(committed[-1], tree, config, generator)
-                drafted = len(tree)
-            else:
-                target_logits = self.state.forward([committed[-1], *draft_tokens]).float()  # (k + 1, V)
-                if config.sampling.greedy:
-                    result = greedy_verify(target_logits, draft_tokens)
-                else:
-                    target_probs = processed_probs(target_logits, config.sampling)  # (k + 1, V)
-                    draft_probs = draft.draft_probs[: len(draft_tokens)] if draft is not None and draft.draft_probs is not None else None
-                    result = speculative_verify(target_probs, draft_tokens, draft_probs, generator)
-                # Rollback invariant: the cache holds the committed tokens minus the last.
-                self.state.rollback(cached_before + 1 + result.num_accepted)
-                drafted = len(draft_tokens)
-            elapsed = 1000 * (time.perf_counter() - t0)
-            stats.ms["verify"] += elapsed
-            stats.target_passes += 1
-            self._verify_ms = elapsed if self._verify_ms == 0 else 0.8 * self._verify_ms + 0.2 * elapsed
-            self.verify_cost.record(1 + drafted, elapsed)
-
-            new_tokens = [*draft_tokens[: result.num_accepted], result.next_token]
-            num_committed = 0
-            for token in new_tokens:
-                num_committed += 1
-                committed.append(token)
-                if output.commit(token):
-                    break
-            if draft is not None:
-                # Stats count what was committed; the drafter learns what the target accepted, even
-                # where a stop cut the round short (that is no rejection).
-                stats.record_draft(draft.source, drafted, min(result.num_accepted, num_committed))
-                drafter.observe(draft, result.num_accepted)
-
-        # Nothing past the output stays cached: keep at most the committed tokens minus the last.
-        self.state.rollback(min(len(self.state), max(len(committed) - 1, 0)))
-        stats.new_tokens = len(output.token_ids)
-        stats.ms["total"] = 1000 * (time.perf_counter() - started)
-        return Generation(output.token_ids, output.final_text(), output.finish_reason, stats)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from decoding.adaptive import DraftLengthPolicy, VerifyCost, expected_gain, expected_tokens_per_pass
+from decoding.draft_length import DraftLengthPolicy, VerifyCost, expected_gain, expected_tokens_per_pass
 from decoding.drafters.base import DraftContext
 from decoding.drafters.ngram import NgramConfig, NgramDrafter
 from decoding.drafters.ngram_store import NgramStore

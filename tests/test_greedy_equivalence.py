@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
-from decoding.adaptive import DraftLengthPolicy
-from decoding.drafters.adaptive import AdaptiveDrafter
+from decoding.draft_length import DraftLengthPolicy
+from decoding.drafters.switching import SwitchingDrafter
 from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramDrafter
 from decoding.generate import GenerationConfig, SpeculativeGenerator
@@ -65,13 +65,13 @@ def test_speculative_greedy_equals_plain(target_model, random_draft_model, toy_t
         assert spec.stats.accepted > 0, "the repetitive prompt must give the n-gram drafter hits"
 
 
-def test_adaptive_auto_drafter_greedy_equals_plain(target_model, random_draft_model, toy_tokenizer):
+def test_switching_auto_drafter_greedy_equals_plain(target_model, random_draft_model, toy_tokenizer):
     generator = SpeculativeGenerator(target_model, toy_tokenizer)
     config = GenerationConfig(max_new_tokens=40, max_draft_tokens=6)
     for prompt in PROMPTS:
         plain = generator.generate(prompt, None, config)
-        auto = AdaptiveDrafter([NgramDrafter(), ModelDrafter(random_draft_model, target_model.config.vocab_size)],
-                               DraftLengthPolicy(max_k=6))
+        auto = SwitchingDrafter([NgramDrafter(), ModelDrafter(random_draft_model, target_model.config.vocab_size)],
+                                DraftLengthPolicy(max_k=6))
         spec = generator.generate(prompt, auto, config)
         assert_greedy_equal(target_model, prompt, spec.token_ids, plain.token_ids)
 

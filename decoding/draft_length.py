@@ -1,22 +1,26 @@
-"""Adaptive draft length: pick k per round from online acceptance estimates and measured costs.
+"""The draft length per source, and the cost model it is chosen by (the one owner of both).
 
-With per-token acceptance rate alpha and draft length k, a verify pass commits on average
-(1 - alpha^(k+1)) / (1 - alpha) tokens (Leviathan et al. 2022, eq. 1); drafting and verifying k
-tokens costs cost(k) one-token target passes (about 1 + k * c, c being the cost of one more draft
-token). The policy picks the k in [0, max_k] that maximises their ratio (k = 0 is plain
-decoding, gain 1), so a source whose drafts keep failing gets short drafts or none, and a source that
-keeps hitting gets long ones.
+The cost model. With per-token acceptance rate alpha and draft length k, a verify pass commits on
+average (1 - alpha^(k+1)) / (1 - alpha) tokens (Leviathan et al. 2022, eq. 1,
+:func:`expected_tokens_per_pass`); drafting and verifying k tokens costs cost(k) one-token target
+passes, about 1 + k * c, c being the cost of one more draft token. Their ratio is the expected gain
+(:func:`expected_gain`, tokens per target-pass-equivalent of work). c has two parts, both measured
+online, and both kept here:
 
-c has two parts, both measured online:
+* verifying: :class:`VerifyCost` holds the target's pass times against the number of tokens fed (a
+  median per size, a line fit where a size is unmeasured) and gives the cost of verifying k tokens
+  over one, and the recent mean ms of one pass. It is nearly flat on a GPU (a pass is memory-bound) and
+  steeper on a CPU. The generator times its verify passes and records them there
+  (:mod:`decoding.generate`);
+* drafting: a model drafter's ms per draft token over the ms of a verify pass (0 for n-gram lookup),
+  per source in :class:`SourceEstimate`. The switching drafter times the drafts and reports them
+  through :meth:`DraftLengthPolicy.update_cost` (:mod:`decoding.drafters.switching`).
 
-* verifying: :class:`VerifyCost` measures the target's pass time against the number of tokens fed
-  (a median per size, a line fit where a size is unmeasured) and gives the policy the cost of
-  verifying k tokens over one. It is nearly flat on a GPU (a pass is memory-bound) and steeper on a CPU;
-* drafting: a model drafter's ms per draft token over the ms of a verify pass (0 for n-gram lookup).
-
-Alpha per source is an exponential moving average of accept/reject outcomes, starting from a prior.
-A source the policy has stopped drafting from drifts back toward the prior while it idles, so it is
-tried again later instead of being written off for good.
+The policy, :class:`DraftLengthPolicy`, picks the k in [0, max_k] with the best expected gain (k = 0
+is plain decoding, gain 1), so a source whose drafts keep failing gets short drafts or none, and a
+source that keeps hitting gets long ones. Alpha per source is an exponential moving average of
+accept/reject outcomes, starting from a prior. A source the policy has stopped drafting from drifts
+back toward the prior while it idles, so it is tried again later instead of being written off for good.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ class VerifyCost:
     """
 
     def __init__(self, per_size: int = 16, min_passes: int = 8, refresh_every: int = 8):
-        self.samples: dict[int, deque[float]] = {}
+        self.samples: dict[int, deque[float]] = {}  # tokens fed -> the last ms of passes that fed that many
+        self.mean_ms = 0.0  # EMA of one pass's ms over every size (0: none recorded yet)
         self.per_size = per_size
         self.min_passes = min_passes
         self.refresh_every = refresh_every  # passes recorded before a computed table is computed again
@@ -61,6 +66,7 @@ class VerifyCost:
 
     def record(self, tokens_fed: int, ms: float) -> None:
         """One pass that fed ``tokens_fed`` (>= 1) tokens and took ``ms`` milliseconds."""
+        self.mean_ms = ms if self.mean_ms == 0 else 0.8 * self.mean_ms + 0.2 * ms
         if tokens_fed >= 1 and ms > 0:
             self.samples.setdefault(tokens_fed, deque(maxlen=self.per_size)).append(ms)
             self._since_table += 1

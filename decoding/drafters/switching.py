@@ -1,9 +1,13 @@
-"""A drafter that picks its source and draft length each round (the ``auto`` mode and friends).
+"""The drafter that switches among draft sources and sizes each draft (every engine mode drafts through it).
 
-It wraps the cheap n-gram drafter and/or the draft-model drafter. Each round it asks
-:class:`decoding.adaptive.DraftLengthPolicy` for the best draft length per source, tries the n-gram
-lookup first (it costs nearly nothing), and uses the draft model only when the lookup found nothing
-or the model's expected gain is higher.
+It wraps the cheap n-gram drafter and/or the draft-model drafter (one of them, or both in the ``auto``
+mode). Each round it asks :class:`decoding.draft_length.DraftLengthPolicy` for the draft length with
+the best expected gain per source, tries the n-gram lookup first (it costs nearly nothing), and uses
+the draft model only when the lookup found nothing or the model's expected gain is higher. With one
+sub-drafter it only sizes that drafter's drafts (k = 0, no draft, when drafting does not pay).
+
+It measures how long each model draft took and hands that to the policy's cost model; the verify pass
+costs come from the generator through :class:`decoding.drafters.base.DraftContext`.
 """
 
 from __future__ import annotations
@@ -11,21 +15,23 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from decoding.adaptive import DraftLengthPolicy
+from decoding.draft_length import DraftLengthPolicy
 from decoding.drafters.base import Draft, DraftContext, Drafter
 
 
-class AdaptiveDrafter:
-    """Chooses among ``drafters`` (cheapest first) and sizes each draft adaptively.
+class SwitchingDrafter:
+    """Chooses among ``drafters`` (cheapest first) and sizes each draft by expected gain.
 
     Args:
         drafters: sub-drafters in order of cost, e.g. ``[NgramDrafter(), ModelDrafter(...)]``.
         policy: draft-length policy; k is capped by ``policy.max_k`` and the round's ``max_tokens``.
+    Raises:
+        ValueError: ``drafters`` is empty.
     """
 
     def __init__(self, drafters: list[Drafter], policy: DraftLengthPolicy | None = None):
         if not drafters:
-            raise ValueError("AdaptiveDrafter needs at least one drafter")
+            raise ValueError("SwitchingDrafter needs at least one drafter")
         self.drafters = drafters
         self.policy = policy or DraftLengthPolicy()
         self.name = "+".join(d.name for d in drafters)
@@ -56,6 +62,8 @@ class AdaptiveDrafter:
         return None
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
+        """Fold the outcome into the policy's acceptance estimate of the source that drafted, and pass
+        it on to that drafter; a draft this drafter did not make last is ignored."""
         if self._last is None or self._last[0] is not draft:
             return
         drafter = self._last[1]
