@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import torch
 from tokenizers.decoders import DecodeStream
@@ -45,9 +46,15 @@ from decoding.verify import VerifyResult, greedy_verify, speculative_verify
 #: of 8, 7.06 at 16; FIM and high-entropy text did not slow down.
 DEFAULT_MAX_DRAFT_TOKENS = 16
 
-FINISH_STOP = "stop"  # a stop token or stop string ended the output
-FINISH_LENGTH = "length"  # max_new_tokens reached
-FINISH_CANCELLED = "cancelled"  # should_stop() turned true between rounds
+class FinishReason(StrEnum):
+    """Why a generation ended (equal to its string, as logs and JSON write it)."""
+
+    STOP = "stop"  # a stop token or stop string ended the output
+    LENGTH = "length"  # max_new_tokens reached
+    CANCELLED = "cancelled"  # should_stop() turned true between rounds
+
+
+FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED = FinishReason.STOP, FinishReason.LENGTH, FinishReason.CANCELLED
 
 
 @dataclass(frozen=True)
@@ -85,7 +92,7 @@ class Generation:
 
     token_ids: list[int]  # committed new tokens, a final stop token included
     text: str  # decoded text without special tokens, cut before a stop string
-    finish_reason: str  # FINISH_STOP, FINISH_LENGTH or FINISH_CANCELLED
+    finish_reason: FinishReason
     stats: GenerationStats
 
 
@@ -112,7 +119,7 @@ class _Output:
         self.tokenizer, self.config, self.stop_ids = tokenizer, config, stop_ids
         self.token_ids: list[int] = []
         self.text = ""  # decoded so far (incrementally), special tokens skipped
-        self.finish_reason: str | None = None
+        self.finish_reason: FinishReason | None = None
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self._stream = (backend, DecodeStream(skip_special_tokens=True)) if backend is not None else None
         self._longest_stop = max((len(s) for s in config.stop_strings), default=0)

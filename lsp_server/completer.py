@@ -15,13 +15,13 @@ import time
 from dataclasses import dataclass, field
 
 from decoding.engine import Engine
-from decoding.generate import Generation
+from decoding.generate import FinishReason, Generation
 from lsp_server.completion_mode import Mode, decide_mode
-from lsp_server.prompt import Prompt, build_prompt
 from lsp_server.documents import Document
 from lsp_server.draft_sources import DraftSources
 from lsp_server.positions import to_document_text
 from lsp_server.postprocess import TrimContext, trim
+from lsp_server.prompt import Prompt, build_prompt
 from lsp_server.related_files import label, related_files
 from lsp_server.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest
@@ -39,7 +39,7 @@ class Completion:
 
 
 def postprocess(text: str, prompt: Prompt, mode: Mode, language_id: str,
-                finish_reason: str = "stop") -> str:
+                finish_reason: FinishReason = FinishReason.STOP) -> str:
     """Model text -> insert text in the document's line ending (see :func:`lsp_server.postprocess.trim`)."""
     trimmed = trim(text, TrimContext(prompt.prefix, prompt.suffix, language_id, mode, finish_reason))
     return to_document_text(trimmed, prompt.eol)

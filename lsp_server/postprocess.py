@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from decoding.generate import FinishReason
 from lsp_server.completion_mode import Mode
 from lsp_server.syntax import INDENT_BLOCK_LANGUAGES, TailTrimmer, error_count, indent_width, parser_for, syntax_window
 
@@ -34,7 +35,7 @@ class TrimContext:
     suffix: str  # model text after the cursor
     language_id: str
     mode: Mode
-    finish_reason: str = "stop"  # "length" when the token limit cut the text
+    finish_reason: FinishReason = FinishReason.STOP  # LENGTH when the token limit cut the text
 
 
 def trim(text: str, ctx: TrimContext) -> str:
@@ -43,7 +44,7 @@ def trim(text: str, ctx: TrimContext) -> str:
     if not ctx.mode.multi_line:
         return _dedupe_line_suffix(text.split("\n", 1)[0].rstrip(), line_suffix)
     lines = text.rstrip().split("\n")
-    if ctx.finish_reason == "length" and len(lines) > 1:
+    if ctx.finish_reason == FinishReason.LENGTH and len(lines) > 1:
         lines = lines[:-1]  # the token limit cut the last line
     parser = parser_for(ctx.language_id)
     lines = _cut_at_block_end(lines, ctx, parser)

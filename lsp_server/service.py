@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
+from decoding.generate import FinishReason
 from lsp_server.completer import Completion, complete
 from lsp_server.completion_mode import suppresses_automatic
 from lsp_server.documents import DocumentStore
@@ -189,7 +190,7 @@ class CompletionService:
         if completion is None:
             log(status="superseded", queue_ms=wait_ms)
             return None
-        status = "superseded" if completion.generation.finish_reason == "cancelled" else "ok"
+        status = "superseded" if completion.generation.finish_reason == FinishReason.CANCELLED else "ok"
         _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request.request_id, method, uri,
                       position, status=status, queue_ms=wait_ms, completion=completion)
         # On the model thread once the answer is written: tokenising a large part holds the GIL.
