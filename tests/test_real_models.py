@@ -37,6 +37,7 @@ from lsp_server.cli import cut_hole
 from lsp_server.completer import complete
 from lsp_server.documents import Document
 from lsp_server.positions import codec_for
+from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 from tests.test_lsp_e2e import capabilities, wait_until_ready
 
@@ -107,7 +108,8 @@ def test_capabilities_are_recorded_at_load(engine_fp32):
 
 def test_plain_decoding_equals_transformers_generate(engine_fp32):
     document, position, _ = held_out_places()[0]
-    prompt = complete(engine_fp32, document, position, UTF32, Settings(drafter="none", max_new_tokens=1)).context.prompt_ids
+    request = resolve_request(document, position, UTF32, Settings(drafter="none", max_new_tokens=1))
+    prompt = complete(engine_fp32, request).prompt.prompt_ids
     engine_fp32.reset_caches()
     ours = engine_fp32.generator.generate(prompt, None, GenerationConfig(max_new_tokens=12, max_draft_tokens=0,
                                                                          stop_token_ids=frozenset()))
@@ -123,8 +125,8 @@ def test_every_drafter_equals_plain_greedy_in_float32(engine_fp32, index):
     outputs, passes = {}, {}
     for drafter in ("none", *(d for d in DRAFTER_MODES if d != "none")):
         engine_fp32.reset_caches()
-        generation = complete(engine_fp32, document, position, UTF32,
-                              Settings(drafter=drafter, max_new_tokens=32)).generation
+        request = resolve_request(document, position, UTF32, Settings(drafter=drafter, max_new_tokens=32))
+        generation = complete(engine_fp32, request).generation
         outputs[drafter], passes[drafter] = generation.token_ids, generation.stats.target_passes
     assert outputs["none"], label
     for drafter, tokens in outputs.items():
