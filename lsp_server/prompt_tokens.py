@@ -66,11 +66,6 @@ class SourceKey(NamedTuple):
     part: str = "document"  # document | prefix | suffix (the prompt's windows) | above | below (outside them)
 
 
-def document_key(uri: str) -> SourceKey:
-    """The key a whole document's tokens are cached under (see :meth:`PromptEncoder.seed`)."""
-    return SourceKey(uri)
-
-
 class PromptEncoder:
     """Tokenises prompt parts, reusing the cached tokens of the previous text under the same key.
 

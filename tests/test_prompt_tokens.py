@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from decoding.starter import TARGET_DIR
-from lsp_server.prompt_tokens import PromptEncoder, SourceKey, document_key
+from lsp_server.prompt_tokens import PromptEncoder, SourceKey
 
 pytestmark = pytest.mark.unit
 
@@ -70,14 +70,14 @@ def test_windows_of_a_seeded_document_equal_full_tokenisations(tokenizer):
     rng = random.Random(1)
     document = Path(json.decoder.__file__).read_text() + "\n# é → ü 🙂\n" + Path(json.encoder.__file__).read_text()
     encoder = PromptEncoder(tokenizer)
-    encoder.seed(document_key("d"), document)
+    encoder.seed(SourceKey("d"), document)
     total = 0
     for trial in range(200):
         start = rng.randrange(len(document))
         text = document[start:start + rng.randrange(1, 4000)]
         if rng.random() < 0.5:
             text += rng.choice(["a", "\n", "    ", "é", "(x):\n"])
-        ids, offsets = encoder.encode(("window", trial), text, (document_key("d"), start))
+        ids, offsets = encoder.encode(("window", trial), text, (SourceKey("d"), start))
         assert (ids, offsets) == full(tokenizer, text), (trial, start)
         total += len(ids)
     assert encoder.reused_tokens > 0.8 * total
@@ -88,16 +88,16 @@ def test_a_seeded_document_that_does_not_match_at_the_window_start_is_not_used(t
     there are not used, the window is tokenised in full."""
     document = Path(json.__file__).read_text()[:6000]
     encoder = PromptEncoder(tokenizer)
-    encoder.seed(document_key("d"), document)
-    cached = encoder._cache[document_key("d")]
+    encoder.seed(SourceKey("d"), document)
+    cached = encoder._cache[SourceKey("d")]
     start = 2000
     first = next(i for i, (a, _) in enumerate(cached.offsets) if a >= start)
     tampered = list(cached.ids)
     for i in range(first, first + 12):
         tampered[i] = (tampered[i] + 1) % len(tokenizer)
-    encoder._cache[document_key("d")] = replace(cached, ids=tampered)
+    encoder._cache[SourceKey("d")] = replace(cached, ids=tampered)
     text = document[start:5000]
-    assert encoder.encode("w", text, (document_key("d"), start)) == full(tokenizer, text)
+    assert encoder.encode("w", text, (SourceKey("d"), start)) == full(tokenizer, text)
     assert encoder.reused_tokens == 0
 
 
@@ -106,10 +106,10 @@ def test_parts_of_a_seeded_document_keep_its_offsets_until_asked(tokenizer):
     of the same key, after an edit, still equals a full tokenisation."""
     document = Path(json.__file__).read_text()
     encoder = PromptEncoder(tokenizer)
-    encoder.seed(document_key("d"), document)
+    encoder.seed(SourceKey("d"), document)
     start = 1500
     part = document[start:]
-    assert encoder.ids("below", part, (document_key("d"), start)) == full(tokenizer, part)[0]
+    assert encoder.ids("below", part, (SourceKey("d"), start)) == full(tokenizer, part)[0]
     assert encoder._cache["below"].base == start
     edited = part[:3000] + "é\n" + part[3000:]
     assert encoder.encode("below", edited) == full(tokenizer, edited)
@@ -121,12 +121,12 @@ def test_a_window_that_moved_far_starts_from_the_document_and_closing_forgets(to
     document's tokens serve instead; forget() drops a document's texts."""
     document = Path(json.__file__).read_text()
     encoder = PromptEncoder(tokenizer)
-    encoder.seed(document_key("d"), document)
+    encoder.seed(SourceKey("d"), document)
     encoder.encode(("d", "prefix"), document[:3000])
     before = encoder.reused_tokens
     text = document[5000:9000]
-    assert encoder.encode(SourceKey("d", "prefix"), text, (document_key("d"), 5000)) == full(tokenizer, text)
+    assert encoder.encode(SourceKey("d", "prefix"), text, (SourceKey("d"), 5000)) == full(tokenizer, text)
     assert encoder.reused_tokens - before > 0.8 * len(full(tokenizer, text)[0])
     encoder.encode("other", "x = 1")
     encoder.forget("d")
-    assert not encoder.holds(document_key("d")) and not encoder.holds(SourceKey("d", "prefix")) and encoder.holds("other")
+    assert not encoder.holds(SourceKey("d")) and not encoder.holds(SourceKey("d", "prefix")) and encoder.holds("other")
