@@ -15,7 +15,7 @@ STARTER_OPTIONS = {"model": "starter", "draftModel": "starter-draft"}
 STARTER_FLAGS = ("--model", "starter", "--draft-model", "starter-draft")
 
 #: The test tiers, as registered in pyproject.toml ([tool.pytest.ini_options] markers).
-TIERS = ("unit", "model", "e2e", "editors", "stats", "real")
+TIERS = ("unit", "model", "e2e", "editors", "stats", "adversarial", "real")
 
 
 def tier_errors(items: Iterable[pytest.Item]) -> list[str]:
