@@ -13,7 +13,8 @@ Cache layout (root: ``$SPECLSP_CACHE_DIR``, else ``$XDG_CACHE_HOME/speclsp``, el
     models/gguf-hashes.json                    path -> (size, mtime, ctime, inode, sha256): a file is hashed once
 
 A directory is built under a temporary name and renamed into place when complete (its last file is
-``speclsp-model.json``), under a file lock, so a crash or a second process never sees half a model.
+``speclsp-model.json``, which records every file's size and SHA-256), under a file lock, so a crash or a
+second process never sees half a model, and a file altered afterwards is refused (:func:`is_converted`).
 """
 
 from __future__ import annotations
@@ -59,16 +60,51 @@ def pack_dir(pack: ModelPack) -> Path:
     return models_dir() / f"{pack.name}-{pack.sha256[:12]}"
 
 
-def is_converted(directory: Path, sha256: str) -> bool:
-    """Whether ``directory`` holds a complete conversion of the GGUF file with this hash: its record
-    names the hash, and every file the record lists has the recorded size."""
+def _signature(path: Path) -> list[int]:
+    """What changes when a file is written or replaced: size, mtime, ctime (which no tool can set back), inode."""
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+
+
+def is_converted(directory: Path, sha256: str, verify: bool = True) -> bool:
+    """Whether ``directory`` holds a complete, unaltered conversion of the GGUF file with this hash.
+
+    Its record must name the source hash and list every file with its size and SHA-256 (taken when the
+    conversion wrote it). With ``verify`` a file whose size, times or inode differ from the recorded
+    ones is hashed again and must match (the record then remembers the new signature, so a copied cache
+    is hashed once); without it only sizes are compared (cheap, for listing what is available).
+    Altered or unrecorded files: False, and the caller converts again.
+    """
     try:
         record = json.loads((directory / MARKER).read_text())
         if record["source_sha256"] != sha256:
             return False
-        return all((directory / name).stat().st_size == size for name, size in record["files"].items())
+        files, changed = record["files"], False
+        for name, entry in files.items():
+            path = directory / name
+            signature = _signature(path)
+            if signature[0] != entry["bytes"]:
+                return False
+            if verify and signature != entry["signature"]:
+                if file_sha256(path) != entry["sha256"]:
+                    log.warning("%s does not match the SHA-256 recorded when it was converted; converting again", path)
+                    return False
+                entry["signature"], changed = signature, True
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
+    if changed:
+        _write_atomically(directory / MARKER, json.dumps(record, indent=2) + "\n")
+    return True
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` in one step; a failure only logs (the file is then checked again next time)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("cannot update %s: %s", path, exc)
 
 
 class _Progress:
@@ -147,14 +183,15 @@ def _fsync(path: Path) -> None:
         os.close(descriptor)
 
 
-def _sync_tree(directory: Path) -> dict[str, int]:
-    """fsync every file in ``directory`` and the directory itself; returns ``{name: bytes}``."""
-    sizes = {}
+def _sync_tree(directory: Path) -> dict[str, dict]:
+    """fsync every file in ``directory`` and the directory itself; returns ``{name: {"bytes", "sha256",
+    "signature"}}`` for the record (see :func:`is_converted`)."""
+    files = {}
     for path in sorted(directory.iterdir()):
         _fsync(path)
-        sizes[path.name] = path.stat().st_size
+        files[path.name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path), "signature": _signature(path)}
     _fsync(directory)
-    return sizes
+    return files
 
 
 def _build(final: Path, sha256: str, source: dict, make_gguf: Callable[[Path], Path], label: str,
@@ -234,8 +271,7 @@ def pack_model_dir(pack: ModelPack, on_stage: Stage | None = None) -> Path:
 def gguf_sha256(path: Path, on_stage: Stage | None = None) -> str:
     """SHA-256 of a GGUF file, remembered by (path, size, mtime, ctime, inode) in the cache so a file is read once."""
     path = path.resolve()
-    stat = path.stat()
-    signature = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+    signature = _signature(path)
     memo_path = models_dir() / _HASHES
     try:
         memo = json.loads(memo_path.read_text())
@@ -253,11 +289,9 @@ def gguf_sha256(path: Path, on_stage: Stage | None = None) -> str:
     memo[str(path)] = signature + [digest]
     try:
         memo_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo_path.with_name(f".{_HASHES}.{os.getpid()}")
-        tmp.write_text(json.dumps(memo, indent=1))
-        os.replace(tmp, memo_path)
-    except OSError as exc:  # only a saving: the file is hashed again next time
-        log.warning("cannot remember the hash of %s in %s: %s", path, memo_path, exc)
+    except OSError:
+        pass  # then writing fails and logs: only a saving, the file is hashed again next time
+    _write_atomically(memo_path, json.dumps(memo, indent=1))
     return digest
 
 

@@ -18,6 +18,7 @@ from decoding.capabilities import ModelCapabilities, read_capabilities
 from decoding.errors import ModelLoadError
 from decoding.generate import end_of_sequence_ids
 from decoding.gguf_models import Stage
+from decoding.hub_errors import explain_hub_failure
 from decoding.model_names import model_location
 from decoding.tokenizer_loading import load_tokenizer
 
@@ -96,7 +97,9 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
         on_stage: told about slow steps (the one-time conversion of a pack or GGUF file).
     Raises:
         ModelLoadError: missing directory, unknown hub id, no network, unsupported architecture, a pack
-            that is not installed or does not match its pinned hash.
+            that is not installed or does not match its pinned hash. A failed download says which
+            model, why (the HTTP status or the network failure) and what to do
+            (:func:`decoding.hub_errors.explain_hub_failure`).
     """
     location, local_only = model_location(name, on_stage)
     torch_device = resolve_device(device)
@@ -106,7 +109,8 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
         model = AutoModelForCausalLM.from_pretrained(location, local_files_only=local_only, dtype=torch_dtype,
                                                      trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
-        raise ModelLoadError(f"could not load model {name!r} from {location}: {exc}") from exc
+        hub_failure = None if local_only else explain_hub_failure(name, exc)
+        raise ModelLoadError(hub_failure or f"could not load model {name!r} from {location}: {exc}") from exc
     layer_types = set(getattr(model.config, "layer_types", None) or ())
     unsupported = layer_types - {"full_attention", "sliding_attention"}
     if unsupported:

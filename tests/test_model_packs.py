@@ -122,7 +122,9 @@ def test_conversion_is_cached_atomic_and_keyed_by_the_hash(site, tmp_path, monke
     assert json.loads((first / MARKER).read_text())["packages"] == pack.requirements()
     assert any("assembling fake-coder" in s and "100%" in s for s in stages)
     assert pack_model_dir(pack) == first and len(calls) == 1, "a converted pack is not converted again"
-    assert json.loads((first / MARKER).read_text())["files"] == {"config.json": 2}
+    recorded = json.loads((first / MARKER).read_text())["files"]
+    assert list(recorded) == ["config.json"] and recorded["config.json"]["bytes"] == 2
+    assert recorded["config.json"]["sha256"] == hashlib.sha256(b"{}").hexdigest()
     (first / "config.json").write_text("{")  # a file cut short (e.g. a crash before it reached the disk)
     assert not is_converted(first, pack.sha256)
     (pack_dir(pack).parent / f".{pack_dir(pack).name}-killed").mkdir()  # left by a killed conversion
@@ -130,6 +132,28 @@ def test_conversion_is_cached_atomic_and_keyed_by_the_hash(site, tmp_path, monke
     assert not list(first.parent.glob(".*-killed")), "a killed conversion's leftovers are removed"
     (first / MARKER).unlink()  # e.g. a copy interrupted by hand: converted again, not trusted
     assert pack_model_dir(pack) == first and len(calls) == 3
+
+
+def test_a_converted_file_altered_afterwards_is_refused_and_converted_again(site, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path / "cache"))
+    install_fake_parts(site, PARTS)
+    pack = fake_pack(PARTS)
+    calls = []
+
+    def converting(gguf: Path, out: Path) -> None:
+        calls.append(1)
+        (out / "config.json").write_text("{}")
+
+    monkeypatch.setattr(gguf_models, "convert_gguf", converting)
+    converted = pack_model_dir(pack)
+    config = converted / "config.json"
+    os.utime(config, ns=(1, 1))  # the same bytes, other times (a copied cache): hashed again, accepted
+    assert is_converted(converted, pack.sha256)
+    assert json.loads((converted / MARKER).read_text())["files"]["config.json"]["signature"][1] == 1
+    config.write_text("[]")  # the same size, other bytes
+    assert is_converted(converted, pack.sha256, verify=False), "the cheap check compares sizes only"
+    assert not is_converted(converted, pack.sha256)
+    assert pack_model_dir(pack) == converted and len(calls) == 2 and config.read_text() == "{}"
 
 
 def test_an_unwritable_cache_is_a_clear_error(site, tmp_path, monkeypatch):
