@@ -118,6 +118,8 @@ def refused_root(path: str | os.PathLike) -> str | None:
     real = Path(os.path.realpath(path))
     if real == Path(real.anchor):
         return "the filesystem root"
+    if real in _temporary_directories():
+        return "the temporary directory"
     try:
         home = Path(os.path.realpath(Path.home()))
     except (RuntimeError, KeyError):  # no HOME and no password entry
@@ -126,6 +128,4 @@ def refused_root(path: str | os.PathLike) -> str | None:
         return "your home directory"
     if home is not None and real in home.parents:
         return "a parent of your home directory"
-    if real in _temporary_directories():
-        return "the temporary directory"
     return None
