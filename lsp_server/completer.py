@@ -22,7 +22,7 @@ from lsp_server.draft_sources import DraftSources
 from lsp_server.positions import to_document_text
 from lsp_server.postprocess import TrimContext, trim
 from lsp_server.prompt import Prompt, build_prompt
-from lsp_server.related_files import label, related_files
+from lsp_server.related_files import context_documents, label, related_files
 from lsp_server.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest
 
@@ -57,7 +57,8 @@ def complete(
 
     Args:
         other_documents: other open buffers, most recently touched first; their text feeds the n-gram
-            drafter, and the recent ones are candidates for prompt snippets.
+            drafter, and the recent ones are candidates for prompt snippets. Secret-looking ones are
+            left out here (:func:`lsp_server.related_files.context_documents`).
         repo: the repository index: files similar to the cursor's surroundings become draft sources
             and (for models that know the repository format) prompt snippets.
         sources: the draft sources and prompt tokens kept between requests; ``None``: a fresh one.
@@ -67,6 +68,7 @@ def complete(
     t0 = time.perf_counter()
     settings, document = request.settings, request.document
     sources = sources if sources is not None else DraftSources()
+    other_documents = context_documents(other_documents)  # the one gate: secrets are never context
     capabilities = engine.target.capabilities
     snippet_chars = 4 * settings.extra_tokens if capabilities.repo_prompt else 0
     related, snippets = related_files(document, request.offset, other_documents, repo, snippet_chars)

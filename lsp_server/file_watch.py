@@ -2,7 +2,9 @@
 
 Created and modified files are re-read, deleted ones forgotten, moved ones both; a changed
 ``.gitignore`` is reloaded by the index. ``on_change(path)`` runs after each update (on the
-observer's thread), so the engine can drop its n-gram index of the old text.
+observer's thread), so the engine can drop its n-gram index of the old text. Every event goes
+through the index's own rules (:meth:`RepoIndex.update`, :meth:`RepoIndex.move`): a FIFO, a socket or
+a link out of the folders created meanwhile is skipped as it would be by a scan.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@ when the workspace folders change and when the index settings change; with ``$/p
 
 Indexing runs on its own thread, never on the model worker, so completions go on while it runs
 (without the index until the scan ends). A watchdog observer keeps it current afterwards.
+
+Roots are the workspace folders (or the root URI); a home directory, a parent of it and the temporary
+directory itself are skipped with a warning (:func:`lsp_server.file_rules.refused_root`): a client that
+roots a scratch file at its directory must not get ``/tmp`` or ``$HOME`` indexed wholesale.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 from pygls import uris
 
+from lsp_server.file_rules import refused_root
 from lsp_server.file_watch import IndexWatcher
 from lsp_server.progress import begin_progress
 from lsp_server.repo_index import RepoIndex
@@ -25,11 +30,31 @@ if TYPE_CHECKING:
 
 
 def workspace_roots(ls: SpeclspServer) -> list[Path]:
-    """Local directories of the workspace folders (or the root URI when the client sent no folders)."""
+    """Local directories of the workspace folders (or the root URI when the client sent no folders),
+    without those never indexed (:func:`choose_roots`; each skipped one is reported as a warning)."""
     found = [uris.to_fs_path(folder.uri) for folder in ls.workspace.folders.values()]
     if not found and ls.workspace.root_uri:
         found = [uris.to_fs_path(ls.workspace.root_uri)]
-    return [Path(p) for p in found if p and Path(p).is_dir()]
+    roots, refused = choose_roots([Path(p) for p in found if p and Path(p).is_dir()])
+    for root, why in refused:
+        ls.tracer.message(f"[speclsp] not indexing {root}: it is {why}; open a project folder (a repository "
+                          "or a folder with a pyproject.toml, package.json...) as the workspace folder to index it",
+                          types.MessageType.Warning)
+    return roots
+
+
+def choose_roots(candidates: list[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """(the directories to index, [(directory refused, why)]): a home directory, a parent of it (``/``
+    included) and the temporary directory itself are refused; duplicates are dropped."""
+    roots: list[Path] = []
+    refused: list[tuple[Path, str]] = []
+    for candidate in candidates:
+        why = refused_root(candidate)
+        if why is not None:
+            refused.append((candidate, why))
+        elif candidate not in roots:
+            roots.append(candidate)
+    return roots, refused
 
 
 class IndexService:
@@ -65,14 +90,14 @@ class IndexService:
             await self._rebuild(ls)
         except Exception as exc:  # noqa: BLE001 - the server keeps serving without an index
             self.repo, self.building = None, None
-            ls.tracer.message(f"[speclsp] indexing failed: {exc}", types.MessageType.Error)
+            ls.tracer.message(f"[speclsp] indexing failed: {type(exc).__name__}: {exc}", types.MessageType.Error)
 
     async def _rebuild(self, ls: SpeclspServer) -> None:
         self.stop()
         config = ls.settings.index_config()
-        roots = workspace_roots(ls)
+        roots = workspace_roots(ls) if config is not None else []
         if config is None or not roots:
-            reason = "disabled" if config is None else "no workspace folder"
+            reason = "disabled" if config is None else "no workspace folder to index"
             ls.tracer.message(f"[speclsp] repository index off ({reason})")
             return
         index = RepoIndex(roots, config)
@@ -95,6 +120,9 @@ class IndexService:
         skipped = ", ".join(f"{k}={v}" for k, v in sorted(index.skipped.items())) or "none"
         message = (f"indexed {count} files ({index.tokens} tokens est.) under {len(roots)} folder(s) in "
                    f"{1000 * (time.perf_counter() - started):.0f} ms; skipped: {skipped}")
-        ls.tracer.message(f"[speclsp] {message}")
+        if index.partial:
+            message += (f"; partial: stopped after {config.max_entries} directory entries (open a smaller "
+                        "folder, or exclude large directories with indexExclude)")
+        ls.tracer.message(f"[speclsp] {message}", types.MessageType.Warning if index.partial else types.MessageType.Log)
         if token is not None:
             ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))

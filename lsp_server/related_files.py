@@ -5,6 +5,11 @@ first, then indexed repository files. Each is scored by Jaccard similarity betwe
 set and that of the text around the cursor (the approach of "jaccard snippets" in editor completion
 tools), and from the best files the best window of lines is kept as a snippet, within a character
 budget. The same files, whole, become n-gram draft sources.
+
+An open buffer whose file looks secret (``.env``, keys, credentials; by its name or its resolved
+path, :func:`lsp_server.file_rules.uri_looks_secret`) is never context for another document:
+:func:`context_documents` is the one gate, applied by the completer before both the prompt and the
+n-gram sources see the open buffers. (The repository index never reads such files.)
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from pathlib import Path
 from pygls import uris
 
 from lsp_server.documents import Document
+from lsp_server.file_rules import uri_looks_secret
 from lsp_server.repo_index import RepoIndex, identifiers
 
 WINDOW_LINES = 30  # lines per snippet window
@@ -40,6 +46,12 @@ class Snippet:
     label: str
     text: str
     score: float
+
+
+def context_documents(documents: list[Document]) -> list[Document]:
+    """The open buffers that may be context (prompt snippets, n-gram draft sources) for another
+    document: those whose URI does not look secret, in the given order."""
+    return [document for document in documents if not uri_looks_secret(document.uri)]
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:

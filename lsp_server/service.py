@@ -8,6 +8,8 @@ Both ``textDocument/inlineCompletion`` and ``textDocument/completion`` come thro
   message (docs/cases.md L2);
 * a newer request for the same document cancels the one in flight, which stops within one verify
   round and is answered with ``None``; so does ``$/cancelRequest``;
+* a document whose file looks secret (``.env``, keys...; :func:`lsp_server.file_rules.uri_looks_secret`)
+  gets ``None`` without a model call, and one log line per document says why (never its text);
 * an automatic request with the cursor in leading whitespace and code right of it gets ``None``
   without a model call (the user is indenting, docs/cases.md L7);
 * typing the start of the completion just answered gets the rest of it at once (type-through cache);
@@ -31,6 +33,7 @@ from lsp_server.completer import Completion, complete
 from lsp_server.completion_mode import suppresses_automatic
 from lsp_server.documents import DocumentStore
 from lsp_server.draft_sources import DraftSources
+from lsp_server.file_rules import uri_looks_secret
 from lsp_server.positions import PositionError, codec_for
 from lsp_server.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest, resolve_request
@@ -84,6 +87,7 @@ class CompletionService:
         self._inflight: dict[tuple[str, str], CompletionRequest] = {}  # (uri, method) -> the request running
         self.type_through = TypeThroughCache()
         self.sources = DraftSources(defer_cold_parts=True)  # model thread only
+        self._secret_logged: set[str] = set()  # secret-looking documents already reported
 
     def _on_model_thread(self, fn: Callable[..., object], *args) -> None:
         """Run ``fn(engine, *args)`` on the model thread when the models are ready (else there is
@@ -98,7 +102,7 @@ class CompletionService:
         """Tokenise a newly opened document on the model thread, ahead of its first request, and load
         its language's tree-sitter grammar."""
         document = self.store.get(uri)
-        if document is not None:
+        if document is not None and not uri_looks_secret(uri):  # a secret one is never completed in
             self._on_model_thread(self._opened, document)
 
     def _opened(self, engine, document) -> None:
@@ -114,6 +118,14 @@ class CompletionService:
     def file_changed(self, uri: str) -> None:
         """A file under the index watcher changed on disk (called from any thread)."""
         self._on_model_thread(self.sources.file_changed, uri)
+
+    def _report_secret(self, uri: str) -> None:
+        """Say once per document (info level, its name only) why it gets no completions."""
+        if uri not in self._secret_logged:
+            self._secret_logged.add(uri)
+            self.tracer.message(f"[speclsp] {uri} looks like a secret file (.env, keys, credentials): no "
+                                "completions in it, and its text is never context for other files",
+                                types.MessageType.Info)
 
     def cancel_document(self, uri: str, method: str | None = None) -> None:
         """Stop the generations in flight for ``uri`` (one method, or all) at their next verify round."""
@@ -172,6 +184,10 @@ class CompletionService:
         msg_id, clock = self.rpc()
         request = self._resolve(method, uri, position, automatic)
         log = functools.partial(self.tracer.request, request.request_id, method, uri, position)
+        if uri_looks_secret(uri):
+            self._report_secret(uri)
+            log(status="no completions: secret-looking file")
+            return None
         if automatic and suppresses_automatic(request.line_prefix, request.line_suffix):
             log(status="no suggestion: cursor in indentation")
             return None

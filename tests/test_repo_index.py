@@ -1,19 +1,23 @@
 """The repository index (.gitignore, defaults, secrets, binary/huge/undecodable files, budget), its
-watchdog watcher, cross-file snippet selection and the repository-level prompt."""
+watchdog watcher, cross-file snippet selection, the repository-level prompt, and the rules on roots
+and secret documents (hostile workspaces: tests/test_adversarial_workspace.py)."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from lsprotocol import types
 
-from lsp_server.prompt import build_prompt
 from lsp_server.documents import Document
+from lsp_server.file_rules import refused_root, uri_looks_secret
 from lsp_server.file_watch import IndexWatcher
+from lsp_server.indexing import choose_roots
 from lsp_server.positions import codec_for
+from lsp_server.prompt import build_prompt
 from lsp_server.related_files import Candidate, candidates, select_snippets
 from lsp_server.repo_index import IndexConfig, RepoIndex, identifiers, is_secret
 from lsp_server.request import resolve_request
@@ -210,3 +214,47 @@ def test_repository_prompt_format_and_budget():
     assert "lib/big.py" not in text and context.snippets == ("app/util.py",)  # over the budget
     plain = build_prompt(resolve_request(document, position, codec_for("utf-16")), tokenizer, snippets, None)
     assert tokenizer.decode(plain.prompt_ids).startswith("<|fim_prefix|>")
+
+
+# Roots and secret documents (lsp_server.file_rules, lsp_server.indexing) ----------------------------------
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch) -> Path:
+    """A home directory under ``tmp_path`` (``$HOME``, which ``Path.home()`` reads)."""
+    path = tmp_path / "users" / "me"
+    path.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(path))
+    return path
+
+
+def test_home_its_parents_the_filesystem_root_and_the_temporary_directory_are_refused_roots(home, tmp_path):
+    assert refused_root(home) == "your home directory"
+    assert refused_root(home.parent) == refused_root(tmp_path) == "a parent of your home directory"
+    assert refused_root("/") == "the filesystem root"
+    assert refused_root(tempfile.gettempdir()) == "the temporary directory"
+    link = tmp_path / "home_link"
+    link.symlink_to(home)
+    assert refused_root(link) == "your home directory"  # judged on the resolved path
+    (home / "project").mkdir()
+    assert refused_root(home / "project") is None  # below home: a project
+    assert refused_root(Path(tempfile.gettempdir()) / "scratch") is None  # below the temp directory
+
+
+def test_choose_roots_keeps_projects_and_reports_each_refusal(home):
+    project = home / "code" / "proj"
+    project.mkdir(parents=True)
+    roots, refused = choose_roots([home, project, project, Path("/")])
+    assert roots == [project]
+    assert refused == [(home, "your home directory"), (Path("/"), "the filesystem root")]
+
+
+def test_secret_documents_are_judged_by_name_and_by_resolved_path(tmp_path):
+    (tmp_path / ".env").write_text("KEY=1\n")
+    (tmp_path / "notes.txt").symlink_to(".env")
+    (tmp_path / "app.py").write_text("x = 1\n")
+    assert uri_looks_secret((tmp_path / ".env").as_uri())
+    assert uri_looks_secret((tmp_path / "notes.txt").as_uri())  # a link to .env
+    assert uri_looks_secret((tmp_path / ".ssh" / "config").as_uri())  # a directory above counts
+    assert uri_looks_secret("untitled:.env.production") and uri_looks_secret("file:///srv/tls/server.key")
+    assert not uri_looks_secret((tmp_path / "app.py").as_uri())
+    assert not uri_looks_secret("untitled:Untitled-1") and not uri_looks_secret("untitled:")

@@ -168,6 +168,58 @@ def test_typing_supersedes_and_cancels_the_request_in_flight(nvim, tmp_path):
     wait_for(nvim, log_has, timeout=60)
 
 
+ROOT_MARKERS = (".git", ".hg", ".svn", ".jj", "pyproject.toml", "setup.py", "setup.cfg", "package.json",
+                "Cargo.toml", "go.mod", "pom.xml", "build.gradle", "build.gradle.kts", "composer.json", "Gemfile",
+                "mix.exs", "deno.json")  # the plugin's default root_markers
+
+
+def marked_ancestor(path: Path) -> Path | None:
+    """The nearest directory at or above ``path`` that holds a root marker (what the tests below expect
+    of a directory they did not build), or None."""
+    return next((p for p in (path, *path.parents) if any((p / m).exists() for m in ROOT_MARKERS)), None)
+
+
+def root_for(nvim, name: str):
+    return nvim.exec_lua("return require('speclsp').root_for(...)", name)
+
+
+def test_root_is_the_nearest_directory_with_a_vcs_or_project_marker(nvim, tmp_path):
+    outer, inner = tmp_path / "outer", tmp_path / "outer" / "packages" / "web"
+    (outer / ".git").mkdir(parents=True)
+    inner.mkdir(parents=True)
+    (inner / "package.json").write_text("{}\n")
+    (outer / "src" / "deep").mkdir(parents=True)
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    (worktree / ".git").write_text("gitdir: /elsewhere\n")  # a git worktree's .git is a file
+    jj = tmp_path / "jj"
+    (jj / ".jj").mkdir(parents=True)
+    assert root_for(nvim, str(outer / "src" / "deep" / "a.py")) == str(outer)
+    assert root_for(nvim, str(inner / "index.js")) == str(inner)  # the nearest marker wins
+    assert root_for(nvim, str(outer / "top.py")) == str(outer)
+    assert root_for(nvim, str(worktree / "b.py")) == str(worktree)
+    assert root_for(nvim, str(jj / "c.rs")) == str(jj)
+    assert root_for(nvim, str(tmp_path / "go" / "main.go")) == marked_ancestor(tmp_path)  # None here, as a rule
+    (tmp_path / "go").mkdir()
+    (tmp_path / "go" / "go.mod").write_text("module x\n")
+    assert root_for(nvim, str(tmp_path / "go" / "main.go")) == str(tmp_path / "go")
+
+
+def test_a_file_in_no_project_starts_the_server_without_a_workspace_folder(nvim, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    if marked_ancestor(scratch) is not None:
+        pytest.skip(f"{marked_ancestor(scratch)} holds a root marker: no directory here is outside a project")
+    nvim.command(f"cd {scratch}")  # setup() attaches the first, unnamed buffer too: rooted from here
+    setup_plugin(nvim, scratch)
+    folders = nvim.exec_lua("return require('speclsp').root_for(vim.api.nvim_buf_get_name(0)) or 'none'")
+    assert folders == "none"
+    info = nvim.exec_lua("local c = vim.lsp.get_active_clients()[1]; "
+                         "return { c.workspace_folders == nil, c.request_sync('speclsp/index', {}, 10000, 0).result }")
+    assert info[0] is True, "the client sent workspace folders"
+    assert info[1]["state"] == "off" and info[1]["roots"] == [] and info[1]["files"] == []
+
+
 def lua_string(text: str) -> str:
     """A Lua long-bracket string literal for ``text``."""
     level = 0

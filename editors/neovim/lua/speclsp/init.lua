@@ -20,6 +20,12 @@ local defaults = {
   hl_group = "Comment",
   builtin = true, -- use vim.lsp.inline_completion where Neovim has it (0.12+)
   log_lines = 500, -- server log lines kept for :SpeclspLog
+  -- A buffer's workspace folder is the nearest directory at or above its file holding one of these
+  -- (version control, then project manifests); with none, the server runs without a workspace folder
+  -- (single-file mode: nothing indexed), never rooted at the file's own directory.
+  root_markers = { ".git", ".hg", ".svn", ".jj", "pyproject.toml", "setup.py", "setup.cfg", "package.json",
+                   "Cargo.toml", "go.mod", "pom.xml", "build.gradle", "build.gradle.kts", "composer.json",
+                   "Gemfile", "mix.exs", "deno.json" },
 }
 
 local state = {
@@ -346,18 +352,31 @@ local function handlers()
   }
 end
 
-local function root_dir(bufnr)
-  local name = vim.api.nvim_buf_get_name(bufnr)
-  local start = name ~= "" and vim.fn.fnamemodify(name, ":p:h") or vim.fn.getcwd()
-  local git = vim.fn.finddir(".git", start .. ";")
-  return git ~= "" and vim.fn.fnamemodify(git, ":p:h:h") or start
+--- The workspace folder for a file `name` (a buffer name; "" for the current directory): the nearest
+--- directory at or above it that holds one of `markers` (default: the configured `root_markers`), or
+--- nil when none does (the server then starts without a workspace folder and indexes nothing).
+function M.root_for(name, markers)
+  markers = markers or (state.config or defaults).root_markers
+  local dir = name ~= "" and vim.fn.fnamemodify(name, ":p:h") or vim.fn.getcwd()
+  while true do
+    for _, marker in ipairs(markers) do
+      if vim.loop.fs_stat(dir .. "/" .. marker) then -- a directory (.git) or a file (.git of a worktree)
+        return dir
+      end
+    end
+    local parent = vim.fn.fnamemodify(dir, ":h")
+    if parent == dir then
+      return nil
+    end
+    dir = parent
+  end
 end
 
 local function lsp_config(bufnr)
   return {
     name = "speclsp",
     cmd = state.config.cmd,
-    root_dir = root_dir(bufnr),
+    root_dir = M.root_for(vim.api.nvim_buf_get_name(bufnr)), -- nil: single-file mode
     -- An empty Lua table would be sent as a JSON array.
     init_options = next(state.config.settings) and state.config.settings or vim.empty_dict(),
     handlers = handlers(),
