@@ -242,8 +242,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(kinds) -> None:
-    lsp = kinds.add_parser("lsp", help="replay human typing through the server over stdio: latency, cache hits")
+def add_parser(kinds) -> argparse.ArgumentParser:
+    """Register ``speclsp bench lsp``; returns its parser (:mod:`bench.keystrokes` adds its flags)."""
+    lsp = kinds.add_parser("lsp", help="replay human typing through the server over stdio: latency, cache hits; "
+                                       "with --document-sizes, keystroke latency in large documents")
     lsp.add_argument("--functions", type=int, default=8, help="held-out functions to type")
     lsp.add_argument("--drafter", default="auto")
     lsp.add_argument("--model", default="auto", help="target model name (as for speclsp complete)")
@@ -253,3 +255,4 @@ def add_parser(kinds) -> None:
     lsp.add_argument("--quick", action="store_true", help="two functions")
     lsp.add_argument("--out", type=Path, default=None, help="write DIR/results.json")
     lsp.set_defaults(run=run)
+    return lsp
