@@ -191,7 +191,9 @@ class MalformedChange(ValueError):
 
 def structure_change(converter, raw: object) -> types.DidChangeTextDocumentParams:
     """The ``didChange`` parameters of a raw JSON value (as ``json.loads`` gives it), with negative
-    and overlarge range numbers clamped first (:func:`lsp_server.positions.clamp_raw_position`).
+    and overlarge range numbers clamped first (:func:`lsp_server.positions.clamp_raw_position`); a
+    the document's ``uri`` and a change's ``text`` must be strings (the converter would accept anything,
+    as its ``str()``).
 
     Args:
         converter: a cattrs converter that knows lsprotocol's types (the protocol's).
@@ -201,8 +203,14 @@ def structure_change(converter, raw: object) -> types.DidChangeTextDocumentParam
     uri = None
     if isinstance(raw, dict) and isinstance(raw.get("textDocument"), dict):
         uri = raw["textDocument"].get("uri") if isinstance(raw["textDocument"].get("uri"), str) else None
-    if isinstance(raw, dict) and isinstance(raw.get("contentChanges"), list):
-        raw = {**raw, "contentChanges": [_clamped_change(change) for change in raw["contentChanges"]]}
+    if uri is None:  # the converter would take a number as its str()
+        raise MalformedChange(None, "no 'textDocument' with a string 'uri'")
+    if isinstance(raw.get("contentChanges"), list):
+        changes = raw["contentChanges"]
+        if not all(isinstance(change, dict) and isinstance(change.get("text"), str) for change in changes):
+            # lsprotocol's converter would turn a number, null or a list into its str(): not the client's text
+            raise MalformedChange(uri, "a content change without a string 'text'")
+        raw = {**raw, "contentChanges": [_clamped_change(change) for change in changes]}
     try:
         return converter.structure(raw, types.DidChangeTextDocumentParams)
     except Exception as exc:  # cattrs raises several kinds; every one means "does not fit"
