@@ -30,7 +30,6 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-from bench import lsp
 from bench.lsp import percentile
 
 TYPED = "result = compute_total(value, 42)"  # typed one character per keystroke on an empty middle line
@@ -200,10 +199,10 @@ def document_sizes(value: str) -> list[float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add this mode's flags to ``speclsp bench lsp``: with ``--document-sizes`` it runs this bench
-    instead of the typing replay (:func:`bench.lsp.run`)."""
+    """Add this mode's flags to ``speclsp bench lsp``: with ``--document-sizes``, :func:`bench.lsp.run`
+    runs this bench instead of the typing replay."""
     parser.add_argument("--document-sizes", type=document_sizes, default=None, metavar="MB,MB,...",
                         help="measure keystroke latency in generated documents of these sizes (MB), e.g. 1,10,50")
     parser.add_argument("--keystrokes", type=int, default=20,
                         help=f"keystrokes per document size (at most {len(TYPED)})")
-    parser.set_defaults(run=lambda args: run(args) if args.document_sizes else lsp.run(args))
+    parser.set_defaults(measure_keystrokes=run)  # bench.lsp.run calls it when --document-sizes is given

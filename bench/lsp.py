@@ -229,6 +229,8 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "document_sizes", None):  # keystroke latency in large documents (bench.keystrokes)
+        return args.measure_keystrokes(args)
     if args.quick:
         args.functions = min(args.functions, 2)
     result = asyncio.run(run_bench(args))
