@@ -3,7 +3,7 @@ entry point (see :func:`lsp_server.cli.build_parser`)."""
 
 from __future__ import annotations
 
-from bench import cuts, decode, lsp
+from bench import cuts, decode, keystrokes, lsp
 
 
 def add_parser(commands) -> None:
@@ -11,5 +11,5 @@ def add_parser(commands) -> None:
     bench = commands.add_parser("bench", help="measurements on this machine")
     kinds = bench.add_subparsers(dest="bench", required=True)
     cuts.add_parser(kinds)
-    lsp.add_parser(kinds)
+    keystrokes.add_arguments(lsp.add_parser(kinds))
     decode.add_parser(kinds)

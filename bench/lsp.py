@@ -229,6 +229,8 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "document_sizes", None):  # keystroke latency in large documents (bench.keystrokes)
+        return args.measure_keystrokes(args)
     if args.quick:
         args.functions = min(args.functions, 2)
     result = asyncio.run(run_bench(args))
@@ -242,8 +244,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(kinds) -> None:
-    lsp = kinds.add_parser("lsp", help="replay human typing through the server over stdio: latency, cache hits")
+def add_parser(kinds) -> argparse.ArgumentParser:
+    """Register ``speclsp bench lsp``; returns its parser (:mod:`bench.keystrokes` adds its flags)."""
+    lsp = kinds.add_parser("lsp", help="replay human typing through the server over stdio: latency, cache hits; "
+                                       "with --document-sizes, keystroke latency in large documents")
     lsp.add_argument("--functions", type=int, default=8, help="held-out functions to type")
     lsp.add_argument("--drafter", default="auto")
     lsp.add_argument("--model", default="auto", help="target model name (as for speclsp complete)")
@@ -253,3 +257,4 @@ def add_parser(kinds) -> None:
     lsp.add_argument("--quick", action="store_true", help="two functions")
     lsp.add_argument("--out", type=Path, default=None, help="write DIR/results.json")
     lsp.set_defaults(run=run)
+    return lsp

@@ -51,8 +51,11 @@ class Prompt:
     snippets: tuple[str, ...] = ()  # labels of the other files' snippets in the prompt
 
 
-def _keep_tail(encode: Encode, text: str, budget: int) -> tuple[str, list[int]]:
+def _keep_tail(encode: Encode, text: str, budget: int, skipped: int = 0) -> tuple[str, list[int]]:
     """The end of ``text`` within ``budget`` tokens, starting at a line start when possible.
+
+    ``text`` may be the last ``budget * _MAX_CHARS_PER_TOKEN`` characters (or more) of a longer text
+    that has ``skipped`` characters before it: the result is the same as for the whole text.
 
     The start moves in steps (at most ``_ANCHOR_CHARS`` characters for the pre-trim, ``_ANCHOR_TOKENS``
     tokens for the cut), not with every keystroke: while the user types, consecutive prompts share
@@ -61,11 +64,11 @@ def _keep_tail(encode: Encode, text: str, budget: int) -> tuple[str, list[int]]:
     """
     limit = budget * _MAX_CHARS_PER_TOKEN
     start = 0
-    if len(text) > limit:
+    if skipped + len(text) > limit:
         step = min(_ANCHOR_CHARS, limit // 2)  # the window keeps at least limit / 2 characters
-        start = ((len(text) - limit) // step + 1) * step  # rounded up: stays put while typing
+        start = ((skipped + len(text) - limit) // step + 1) * step  # rounded up: stays put while typing
     trimmed = start > 0
-    text = text[start:]
+    text = text[start - skipped:]  # start > skipped when anything was skipped
     ids, offsets = encode(text, start)
     if len(ids) <= budget and not trimmed:
         return text, ids
@@ -141,20 +144,22 @@ def build_prompt(
             from ``tokenizer``.
     """
     document, offset, budget = request.document, request.offset, request.settings
-    full_prefix, full_suffix = document.model_split(offset)
+    # Only the parts within reach of the budgets, not the whole document (a copy per request).
+    window = document.model_window(offset, budget.prefix_tokens * _MAX_CHARS_PER_TOKEN,
+                                   budget.suffix_tokens * _MAX_CHARS_PER_TOKEN)
     encoder = encoder if encoder is not None and encoder.tokenizer is tokenizer else PromptEncoder(tokenizer)
     # The document's own tokens, when the encoder was given them at its opening: the prefix is found
     # from the document's start, the suffix from its end (the user has typed since, at the cursor).
     whole = SourceKey(document.uri)
     prefix, prefix_ids = _keep_tail(lambda text, at: encoder.encode(SourceKey(document.uri, "prefix"), text, (whole, at)),
-                                    full_prefix, budget.prefix_tokens)
+                                    window.prefix, budget.prefix_tokens, window.prefix_length - len(window.prefix))
     capabilities = capabilities if capabilities is not None else read_capabilities(tokenizer)
     fim = capabilities.fim
     labels: tuple[str, ...] = ()
     if fim is not None:
         suffix, suffix_ids = _keep_head(
-            lambda text, at: encoder.encode(SourceKey(document.uri, "suffix"), text, (whole, at - len(full_suffix))),
-            full_suffix, budget.suffix_tokens)
+            lambda text, at: encoder.encode(SourceKey(document.uri, "suffix"), text, (whole, at - window.suffix_length)),
+            window.suffix, budget.suffix_tokens)
         prompt_ids = [fim.prefix, *prefix_ids, fim.suffix, *suffix_ids, fim.middle]
         if repo is not None and capabilities.repo_prompt:
             header, labels = _repo_header(tokenizer, capabilities.repo_tokens, repo, snippets, budget.extra_tokens)
@@ -169,6 +174,6 @@ def build_prompt(
         line_suffix=request.line_suffix,
         eol=line_ending(document.text),
         fim=fim is not None,
-        truncated=len(prefix) < len(full_prefix) or len(suffix) < len(full_suffix),
+        truncated=len(prefix) < window.prefix_length or len(suffix) < window.suffix_length,
         snippets=labels,
     )

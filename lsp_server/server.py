@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import SimpleNamespace
-from urllib.parse import unquote
+from typing import Any
 
+import attrs
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
@@ -17,7 +18,7 @@ from pygls.protocol.language_server import lsp_method
 
 from decoding.engine import Engine
 from lsp_server import __version__
-from lsp_server.documents import DocumentStore
+from lsp_server.documents import DocumentStore, MalformedChange, structure_change
 from lsp_server.features.status import StatusBoard
 from lsp_server.indexing import IndexService
 from lsp_server.service import CompletionService
@@ -30,8 +31,9 @@ _ANSWERED = SimpleNamespace(jsonrpc="answered")  # a message already answered; h
 
 
 class SpeclspProtocol(LanguageServerProtocol):
-    """pygls' protocol, except that ``didChange`` for a document that is not open does not raise a
-    ``KeyError`` inside pygls' workspace: our handler reports it as a warning and keeps going; and
+    """pygls' protocol, except that documents live only in our store (pygls' workspace keeps no text:
+    ``didOpen``, ``didChange`` and ``didClose`` go straight to our handlers, ``didChange`` with its
+    parameters structured by us, so that one that does not fit marks its document out of sync); and
     that it notes when each request was read and its response written (``clock``, for tracing)."""
 
     def __init__(self, *args, **kwargs):
@@ -56,13 +58,43 @@ class SpeclspProtocol(LanguageServerProtocol):
         super()._send_response(msg_id, result, error)
         self.clock.responded(msg_id)
 
-    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
-        if unquote(params.text_document.uri) in self.workspace.text_documents:
-            for change in params.content_changes:
-                self.workspace.update_text_document(params.text_document, change)
-        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+    # Documents: the store (lsp_server.documents) holds the one copy of each; pygls' workspace keeps
+    # none (it would split and rejoin the whole text on every keystroke). Nothing reads its copies.
+    def get_message_type(self, method: str):
+        if method == types.TEXT_DOCUMENT_DID_CHANGE:
+            return RawNotification  # parameters stay JSON: the handler structures them (structure_change)
+        return super().get_message_type(method)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
             yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: object):
+        """``params`` as JSON (:class:`RawNotification`): the handler gets the structured parameters,
+        or a :class:`~lsp_server.documents.MalformedChange` when they do not fit (not pygls' log line
+        and a dropped change while the document stays "in sync")."""
+        try:
+            change = structure_change(self._converter, params)
+        except MalformedChange as exc:
+            change = exc
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (change,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
+            yield handler, (params,), None
+
+
+@attrs.define
+class RawNotification:
+    """A notification whose parameters are left as JSON (``didChange``'s: see ``get_message_type``)."""
+
+    method: str
+    jsonrpc: str
+    params: Any = None
 
 
 class SpeclspServer(LanguageServer):

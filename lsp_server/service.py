@@ -31,7 +31,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from decoding.generate import FinishReason
 from lsp_server.completer import Completion, complete
 from lsp_server.completion_mode import suppresses_automatic
-from lsp_server.documents import DocumentStore
+from lsp_server.documents import Document, DocumentStore
 from lsp_server.draft_sources import DraftSources
 from lsp_server.file_rules import uri_looks_secret
 from lsp_server.positions import PositionError, codec_for
@@ -86,6 +86,7 @@ class CompletionService:
         self._ids = itertools.count(1)
         self._inflight: dict[tuple[str, str], CompletionRequest] = {}  # (uri, method) -> the request running
         self.type_through = TypeThroughCache()
+        self._sync_explained: dict[str, str] = {}  # uri -> the out-of-sync problem last explained in the log
         self.sources = DraftSources(defer_cold_parts=True)  # model thread only
         self._secret_logged: set[str] = set()  # secret-looking documents already reported
 
@@ -113,6 +114,7 @@ class CompletionService:
         """Stop its generations and forget everything kept for a closed document."""
         self.cancel_document(uri)
         self.type_through.forget(uri)
+        self._sync_explained.pop(uri, None)
         self._on_model_thread(self.sources.document_closed, uri)
 
     def file_changed(self, uri: str) -> None:
@@ -148,6 +150,14 @@ class CompletionService:
         self.tracer.request(*args, completion=completion, total_ms=total_ms, rpc_ms=rpc_ms, **kwargs)
         if self.status is not None and completion is not None and kwargs.get("status") == "ok":
             self.status.request_done(total_ms, completion)
+
+    def _explain_out_of_sync(self, document: Document) -> None:
+        """Say in the log why a document gets no completions, once per out-of-sync state."""
+        if self._sync_explained.get(document.uri) == document.sync_problem:
+            return
+        self._sync_explained[document.uri] = document.sync_problem
+        self.tracer.message(f"[speclsp] no completions for {document.uri}: it is out of sync with the editor, "
+                            f"{document.sync_problem}; reopen it or send its full text", types.MessageType.Warning)
 
     def _resolve(self, method: str, uri: str, position: types.Position, automatic: bool) -> CompletionRequest:
         """The request, resolved once: document snapshot, offset, line text, settings snapshot.
@@ -192,6 +202,7 @@ class CompletionService:
             log(status="no suggestion: cursor in indentation")
             return None
         if not request.document.in_sync:  # before the type-through cache: its text may be stale too
+            self._explain_out_of_sync(request.document)
             log(status="document out of sync; reopen it")
             return None
         rest = self.type_through.lookup(uri, request.document.text, request.offset)

@@ -79,3 +79,21 @@ def test_bench_lsp_writes_results_json(tmp_path):
     # At least one request was answered by the model (the report does not say whether answers were empty).
     assert result["latency_ms"]["count"] >= 1 and result["tokens_per_pass"] >= 1
     assert "latency_ms" in done.stdout  # the table on stdout
+
+
+@pytest.mark.unit
+def test_keystroke_figures_add_the_change_to_the_completion_less_model_time():
+    from bench.keystrokes import code_like_text, document_sizes, summarize_keystrokes
+
+    samples = [{"probe_ms": 2.0, "keystroke_ms": 7.0, "completion_ms": 60.0},
+               {"probe_ms": 3.0, "keystroke_ms": 2.5, "completion_ms": 30.0}]  # a change faster than noise: 0
+    records = [{"id": 1, "status": "ok", "ms": {"prefill": 40.0, "draft": 5.0, "verify": 5.0, "total": 54.0}},
+               {"id": 2, "status": "type-through cache hit", "ms": {"total": 1.0}}]
+    result = summarize_keystrokes(12.0, samples, records)
+    assert result["change_ms"] == {"p50": 0.0, "p95": 5.0}  # 7 - 2, and max(0, 2.5 - 3)
+    assert result["completion_overhead_ms"] == {"p50": 1.0, "p95": 4.0}  # 54 - 50 and 1 - 0
+    assert result["keystroke_server_ms"] == {"p50": 1.0, "p95": 9.0}  # 5 ms change + 4 ms outside the model
+    assert result["statuses"] == {"ok": 1, "type-through cache hit": 1} and result["open_ms"] == 12.0
+    assert document_sizes("1,10,50") == [1.0, 10.0, 50.0]
+    text = code_like_text(10_000)
+    assert 10_000 <= len(text) < 10_400 and text.isascii() and "\r" not in text

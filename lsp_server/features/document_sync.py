@@ -1,4 +1,10 @@
-"""``textDocument/didOpen``, ``textDocument/didChange`` (incremental) and ``textDocument/didClose``."""
+"""``textDocument/didOpen``, ``textDocument/didChange`` (incremental) and ``textDocument/didClose``.
+
+A ``didChange`` arrives structured by the protocol (:class:`lsp_server.server.SpeclspProtocol`), or as
+a :class:`~lsp_server.documents.MalformedChange` when its parameters do not fit the protocol's types:
+its document is then out of sync (an error in the log; no completions from stale text) until a
+full-text change or a reopen.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from lsp_server.positions import PositionError, codec_for
+from lsp_server.documents import MalformedChange
+from lsp_server.positions import codec_for
 
 if TYPE_CHECKING:
     from lsp_server.server import SpeclspServer
@@ -19,19 +26,36 @@ def register(server: SpeclspServer) -> None:
         ls.service.document_opened(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: SpeclspServer, params: types.DidChangeTextDocumentParams) -> None:
+    def did_change(ls: SpeclspServer, params: types.DidChangeTextDocumentParams | MalformedChange) -> None:
+        if isinstance(params, MalformedChange):
+            lost_change(ls, params)
+            return
         uri = params.text_document.uri
         ls.service.cancel_document(uri)  # the text the generation started from is gone
         try:
             ls.store.change(params, codec_for(ls.service.position_encoding))
         except KeyError:
             ls.tracer.message(f"[speclsp] didChange for {uri}, which is not open; ignored", types.MessageType.Warning)
-        except PositionError as exc:
-            ls.tracer.message(f"[speclsp] didChange for {uri} has a range outside the document ({exc}); "
-                              "no completions for it until it is reopened or fully resent", types.MessageType.Error)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: SpeclspServer, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         ls.store.close(uri)
         ls.service.document_closed(uri)  # on the model thread: the engine forgets its text and caches
+
+
+def lost_change(ls: SpeclspServer, malformed: MalformedChange) -> None:
+    """A ``didChange`` that could not be read: mark its document out of sync (when its URI is known
+    and it is open) and log an error either way."""
+    if malformed.uri is None:
+        ls.tracer.message(f"[speclsp] a didChange that names no document could not be read ({malformed}); "
+                          "ignored", types.MessageType.Error)
+        return
+    ls.service.cancel_document(malformed.uri)
+    marked = ls.store.mark_out_of_sync(malformed.uri, f"a didChange could not be read ({malformed})")
+    if marked is None:
+        ls.tracer.message(f"[speclsp] didChange for {malformed.uri}, which is not open, could not be read "
+                          f"({malformed}); ignored", types.MessageType.Error)
+        return
+    ls.tracer.message(f"[speclsp] didChange for {malformed.uri} could not be read ({malformed}); no completions "
+                      "for it until it is reopened or its full text is sent", types.MessageType.Error)
