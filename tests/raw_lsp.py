@@ -47,7 +47,7 @@ class RawServer:
     """A server process on pipes. ``messages`` collects what it wrote to stdout, in order."""
 
     def __init__(self, command: tuple[str, ...] = SERVE):
-        self.stderr = tempfile.TemporaryFile()
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.stderr, cwd=Path(__file__).resolve().parents[1])
         self.messages: list[dict] = []
