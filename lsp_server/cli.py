@@ -145,13 +145,14 @@ def run_complete(args: argparse.Namespace) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     from lsp_server.server import create_server
+    from lsp_server.transport import serve_stdio
 
     # stdout is the LSP transport: give pygls its own handle on it, then send anything else that
     # writes to file descriptor 1 or sys.stdout (a library, a model's remote code) to stderr.
     transport = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
-    create_server().start_io(stdin=sys.stdin.buffer, stdout=transport)
+    serve_stdio(create_server(), sys.stdin.fileno(), transport)  # ends the process
     return 0
 
 

@@ -27,7 +27,7 @@ from lsp_server.tracing import RpcClock, Tracer
 from lsp_server.worker import ModelWorker
 
 
-_ANSWERED = SimpleNamespace(jsonrpc="answered")  # a message already answered; handle_message skips it
+ANSWERED = SimpleNamespace(jsonrpc="answered")  # a message already answered; handle_message skips it
 
 
 class SpeclspProtocol(LanguageServerProtocol):
@@ -52,7 +52,7 @@ class SpeclspProtocol(LanguageServerProtocol):
             # pygls only logs a request whose params do not fit the method's types (a negative line,
             # a missing position); the client would wait for ever. Answer it with the error instead.
             self._send_response(data["id"], error=exc.to_response_error())
-            return _ANSWERED
+            return ANSWERED
 
     def _send_response(self, msg_id, result=None, error=None):
         super()._send_response(msg_id, result, error)
