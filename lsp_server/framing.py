@@ -29,6 +29,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+_MAX_LENGTH_DIGITS = 18  # a longer Content-Length is over any limit (and Python's int() refuses 4301+ digits)
+_UNBOUNDED = 2**63 - 1  # what such a length stands for while its body is skipped
+
 #: The largest body read (bytes): larger messages are skipped, never allocated.
 MAX_BODY_BYTES = 64 * 2**20
 #: The longest header line kept (bytes, line break included); longer lines are skipped as garbage.
@@ -203,11 +206,13 @@ class FrameReader:
                 self._on_problem(FramingProblem(f"a header block ({names}) with {what}: dropped; "
                                                 "reading resumes at the next header block"))
                 continue
-            size = int(raw)
-            if size > self._max_body:
-                skipped = self._skip(size)
+            digits = raw.lstrip(b"0") or b"0"
+            size = int(digits) if len(digits) <= _MAX_LENGTH_DIGITS else None  # int() refuses 4301+ digits
+            if size is None or size > self._max_body:
+                skipped = self._skip(size if size is not None else _UNBOUNDED)
+                length = f"{size}-byte" if size is not None else f"{len(digits)}-digit-long"
                 self._on_problem(FramingProblem(
-                    f"a {size}-byte message is over the {self._max_body}-byte limit: skipped {skipped} bytes"))
+                    f"a {length} message is over the {self._max_body}-byte limit: skipped {skipped} bytes"))
                 continue
             body = self._read_exactly(size)
             if body is None:

@@ -57,11 +57,14 @@ def _watch(pid: int, parent_at_start: int, on_gone: Callable[[], None]) -> None:
     on_gone()
 
 
+MAX_PID = 2**31  # pid_t is a 32-bit signed integer: larger numbers name no process (os.kill overflows)
+
+
 def watch_parent(process_id: object, on_gone: Callable[[], None]) -> threading.Thread | None:
     """Call ``on_gone`` (on a daemon thread) once process ``process_id`` has ended. Nothing is watched
-    when ``process_id`` is not a positive integer (the client sent null: no process to watch) or is
-    this process; returns the watching thread, or ``None``."""
-    if not isinstance(process_id, int) or isinstance(process_id, bool) or process_id <= 0 \
+    when ``process_id`` is not an integer in ``(0, MAX_PID)`` (the client sent null: no process to
+    watch; a number no process can have) or is this process; returns the watching thread, or ``None``."""
+    if not isinstance(process_id, int) or isinstance(process_id, bool) or not 0 < process_id < MAX_PID \
             or process_id == os.getpid():
         return None
     thread = threading.Thread(target=_watch, args=(process_id, os.getppid(), on_gone),

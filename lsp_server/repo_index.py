@@ -43,6 +43,9 @@ from lsp_server.positions import to_model_text
 
 log = logging.getLogger(__name__)
 
+#: A ``.gitignore`` is read up to this size (or ``max_file_bytes`` if larger); a larger one excludes its directory.
+GITIGNORE_MAX_BYTES = 16 * 2**20
+
 DEFAULT_EXCLUDES = (
     ".git/", ".hg/", ".svn/", "node_modules/", ".venv/", "venv/", "env/", ".env/", "virtualenv/",
     "__pycache__/", ".mypy_cache/", ".pytest_cache/", ".ruff_cache/", ".tox/", ".nox/", "*.egg-info/",
@@ -133,13 +136,21 @@ class RepoIndex:
         return None, real
 
     def _load_gitignore(self, directory: Path) -> None:
+        """Read ``directory/.gitignore``. One that exists but cannot be read (too large, not a regular
+        file, a link out of the folder...) excludes the whole directory: what it would ignore is unknown."""
         path = directory / ".gitignore"
-        target, real = self._target(path)
-        data = None
-        if target is not None and self.ignored(target) != "secret":
-            data, _ = read_regular_file(real, self.config.max_file_bytes)
-        if data is None:
+        if not os.path.lexists(path):
             self._gitignores.pop(directory, None)
+            return
+        target, real = self._target(path)
+        data, reason = None, "outside"
+        if target is not None and self.ignored(target) != "secret":
+            data, reason = read_regular_file(real, max(self.config.max_file_bytes, GITIGNORE_MAX_BYTES))
+        if data is None:
+            log.warning("cannot read %s (%s): not indexing %s, since what it ignores is unknown", path,
+                        reason or "secret", directory)
+            self._count("gitignore-unreadable")
+            self._gitignores[directory] = _spec(["*"])
             return
         self._gitignores[directory] = _spec(data.decode("utf-8", errors="replace").splitlines())
 
@@ -188,7 +199,7 @@ class RepoIndex:
 
     def _read(self, real: Path) -> tuple[str | None, str]:
         """(text, "") or (None, why not: special, large, unreadable, binary, undecodable)."""
-        data, reason = read_regular_file(real, self.config.max_file_bytes)
+        data, reason = read_regular_file(real, self.config.max_file_bytes, refuse_hard_links=True)
         if data is None:
             return None, reason
         if b"\0" in data[:8192]:

@@ -5,6 +5,7 @@ Features live one per module in :mod:`lsp_server.features`; each registers its h
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -26,8 +27,18 @@ from lsp_server.settings import Settings
 from lsp_server.tracing import RpcClock, Tracer
 from lsp_server.worker import ModelWorker
 
+log = logging.getLogger(__name__)
+
 
 ANSWERED = SimpleNamespace(jsonrpc="answered")  # a message already answered; handle_message skips it
+
+
+def _strict_int(value: Any, _type: type) -> int:
+    """cattrs' default turns ``"1"``, ``1.5`` and ``true`` into integers; a position or version sent so
+    is a client bug, answered with InvalidParams instead of being guessed at."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise TypeError(f"expected an integer, got {value!r}")
 
 
 class SpeclspProtocol(LanguageServerProtocol):
@@ -39,6 +50,7 @@ class SpeclspProtocol(LanguageServerProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.clock = RpcClock()
+        self._converter.register_structure_hook(int, _strict_int)
 
     def structure_message(self, data):
         request = isinstance(data, dict) and "method" in data and "id" in data and "jsonrpc" in data
@@ -55,6 +67,11 @@ class SpeclspProtocol(LanguageServerProtocol):
             return ANSWERED
 
     def _send_response(self, msg_id, result=None, error=None):
+        if error is not None and error.code == types.ErrorCodes.InternalError:
+            # A bug of ours: the client gets a plain message; Python's text and traceback go to the log.
+            log.error("internal error answering request %r: %s\n%s", msg_id, error.message, error.data or "")
+            error = types.ResponseError(code=error.code, message="Internal error: the server failed on this "
+                                        "request; the details are in its log (stderr)")
         super()._send_response(msg_id, result, error)
         self.clock.responded(msg_id)
 

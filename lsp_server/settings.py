@@ -13,10 +13,13 @@ a warning and the previous value kept; unknown keys are reported too. Nothing he
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from dataclasses import Field, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
+
+import pathspec
 
 from decoding.engine import DRAFTER_MODES, EngineConfig
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
@@ -138,9 +141,15 @@ def check_value(spec: Field, value: Any) -> str | None:
     if kind is tuple:
         if not (isinstance(value, tuple) and all(isinstance(item, str) for item in value)):
             return f"expected a list of strings, got {value!r}"
+        try:  # every list setting holds gitignore-style patterns
+            pathspec.GitIgnoreSpec.from_lines(value)
+        except (ValueError, TypeError) as exc:  # pathspec's GitWildMatchPatternError is a ValueError
+            return f"not valid gitignore-style patterns: {exc}"
         return None
     if isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float) if kind is float else kind):
         return f"expected {_TYPE_NAMES[kind]}, got {value!r}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"expected a finite number, got {value!r}"
     schema = spec.metadata["schema"]
     if "enum" in schema and value not in schema["enum"]:
         return f"{value!r} is not one of {', '.join(map(str, schema['enum']))}"

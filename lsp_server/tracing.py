@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,6 +65,21 @@ class RpcClock:
         self._responded.pop(msg_id, None)
 
 
+def _open_regular_for_append(path: Path):
+    """``path`` opened for appending text, created if missing; never blocks (a FIFO without a reader
+    would block ``open`` on the event loop for ever) and refuses anything but a regular file.
+
+    Raises:
+        OSError: cannot be opened or created; ``ValueError``: not a regular file.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError("it is not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
 class Tracer:
     """Formats request records and sends them to the client's log, its trace and a file."""
 
@@ -87,10 +104,10 @@ class Tracer:
         try:
             target = Path(path).expanduser()
             target.parent.mkdir(parents=True, exist_ok=True)
-            self._file = target.open("a", encoding="utf-8")
+            self._file = _open_regular_for_append(target)
             self._file_path = path
-        except OSError as exc:
-            return f"cannot write the trace file {path}: {exc.strerror or exc}"
+        except (OSError, ValueError) as exc:
+            return f"cannot write the trace file {path}: {exc.strerror if isinstance(exc, OSError) else exc}"
         return None
 
     def message(self, text: str, kind: types.MessageType = types.MessageType.Log) -> None:

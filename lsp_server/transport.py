@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 #: Seconds an ending process waits for the event loop before it exits anyway (a write blocked on a
 #: client that no longer reads, say).
 EXIT_GRACE_S = 5.0
+_MAX_READ_FAILURES = 100  # reading failures in a row that end the process (a stream that cannot be read)
 
 
 def terminate(code: int, reason: str, stdout: BinaryIO | None = None) -> None:
@@ -105,8 +106,19 @@ class StdioTransport:
         self._loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(signum, self.end, None, f"signal {signal.Signals(signum).name}")
+        failures = 0
         while True:
-            frame: Frame | None = await self._loop.run_in_executor(self._reading, self._reader.next)
+            try:
+                frame: Frame | None = await self._loop.run_in_executor(self._reading, self._reader.next)
+            except Exception as exc:  # noqa: BLE001 - a bug of ours in reading: report it, keep reading
+                failures += 1
+                log.exception("reading a message failed")
+                self.reject(Rejection(types.ErrorCodes.ParseError, f"Parse error: reading a message failed "
+                                      f"({type(exc).__name__})", answer=True))
+                if failures >= _MAX_READ_FAILURES:
+                    self.end(1, f"reading stdin failed {failures} times in a row")
+                continue
+            failures = 0
             if frame is None:
                 self.end(None, "stdin closed" + ("" if self.exit_code() == 0 else " without shutdown"))
             self.receive(frame.body)

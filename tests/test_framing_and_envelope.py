@@ -46,6 +46,8 @@ def test_header_spellings_are_read(header: bytes, chunk: int):
     (b"\x00\xffnoise\r\n", "not a header"),
     (b"y" * 20000, "not a header"),
     (b"Content-Length: 1000000000000\r\n\r\n" + BODY, "over the 1000-byte limit"),
+    (b"Content-Length: " + b"9" * 5000 + b"\r\n\r\n" + BODY, "5000-digit-long message is over"),  # int() refuses it
+    (b"Content-Length: 0000" + b"1" * 19 + b"\r\n\r\n" + BODY, "19-digit-long message is over"),
     (b"Content-Length: 5000\r\n\r\n" + b"x" * 5000, "skipped 5000 bytes"),
 ])
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 20])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+import unittest.mock
 from pathlib import Path
 
 import pytest
@@ -74,12 +75,16 @@ def test_scan_respects_gitignore_defaults_secrets_and_text_only(workspace):
 
 @pytest.mark.parametrize("path", [".env", ".env.production", "a/b/.env", "id_rsa", "id_ed25519.pub", "x/server.pem",
                                   "tls.key", "credentials.json", ".aws/credentials", ".ssh/known_hosts",
-                                  "client_secret_123.json", ".git-credentials"])
+                                  "client_secret_123.json", ".git-credentials",
+                                  # backup, swap and lock copies of secrets (editors leave them beside the file)
+                                  ".env~", ".env.swp", "#.env#", ".#.env", "server.key.bak", "app/.env.orig",
+                                  "id_rsa.old", "credentials~", "tls.key.dpkg-old"])
 def test_secret_looking_paths(path):
     assert is_secret(path)
 
 
-@pytest.mark.parametrize("path", ["src/env.py", "keyboard.py", "docs/secrets_handling.md", "tokenizer.py"])
+@pytest.mark.parametrize("path", ["src/env.py", "keyboard.py", "docs/secrets_handling.md", "tokenizer.py",
+                                  "main.py~", "notes.bak", "a.py.orig", "~"])
 def test_ordinary_paths_are_not_secret(path):
     assert not is_secret(path)
 
@@ -238,6 +243,8 @@ def test_home_its_parents_the_filesystem_root_and_the_temporary_directory_are_re
     (home / "project").mkdir()
     assert refused_root(home / "project") is None  # below home: a project
     assert refused_root(Path(tempfile.gettempdir()) / "scratch") is None  # below the temp directory
+    for system in ("/proc", "/proc/self", "/sys/kernel", "/dev"):  # files without end, devices
+        assert refused_root(system) == "a system directory of devices or kernel state"
 
 
 def test_choose_roots_keeps_projects_and_reports_each_refusal(home):
@@ -258,3 +265,34 @@ def test_secret_documents_are_judged_by_name_and_by_resolved_path(tmp_path):
     assert uri_looks_secret("untitled:.env.production") and uri_looks_secret("file:///srv/tls/server.key")
     assert not uri_looks_secret((tmp_path / "app.py").as_uri())
     assert not uri_looks_secret("untitled:Untitled-1") and not uri_looks_secret("untitled:")
+
+
+def test_hard_links_are_neither_indexed_nor_context(tmp_path):
+    (tmp_path / ".env").write_text("DATABASE_PASSWORD=hard_linked_s3cret\n")
+    os.link(tmp_path / ".env", tmp_path / "config.txt")  # another name for the secret
+    (tmp_path / "app.py").write_text("import os\n")
+    index = RepoIndex([tmp_path])
+    index.scan()
+    assert indexed(index) == {"app.py"} and index.skipped["hardlink"] == 1
+    assert uri_looks_secret((tmp_path / "config.txt").as_uri())
+    assert not uri_looks_secret((tmp_path / "app.py").as_uri())
+
+
+def test_a_uri_that_cannot_name_a_local_file_is_never_context():
+    assert uri_looks_secret("file:///tmp/x%00.py")  # a NUL: no such path (realpath would raise)
+
+
+@pytest.mark.parametrize("gitignore", ["special", "large"])
+def test_a_gitignore_that_cannot_be_read_excludes_its_directory(tmp_path, gitignore):
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "notes.py").write_text("PRIVATE = 1\n")
+    (tmp_path / "main.py").write_text("x = 1\n")
+    if gitignore == "special":
+        os.mkfifo(tmp_path / ".gitignore")
+    else:
+        (tmp_path / ".gitignore").write_text("#" * 300 + "\nprivate/\n")
+    index = RepoIndex([tmp_path], IndexConfig(max_file_bytes=200))
+    with unittest.mock.patch("lsp_server.repo_index.GITIGNORE_MAX_BYTES", 100):
+        index.scan()
+    assert indexed(index) == set(), "what the unread .gitignore would ignore is unknown: nothing is indexed"
+    assert index.skipped["gitignore-unreadable"] >= 1

@@ -78,3 +78,12 @@ def test_the_complete_command_flags_are_the_settings_marked_for_it():
     assert settings_from_flags(args) == Settings(max_new_tokens=9, drafter="ngram", trust_remote_code=True)
     with pytest.raises(ValueError, match="maxNewTokens"):
         settings_from_flags(parser.parse_args(["complete", "f.py:1:1", "--max-new-tokens", "0"]))
+
+
+@pytest.mark.parametrize("key, value", [("topP", float("nan")), ("temperature", float("inf")),
+                                        ("draftMinConfidence", float("nan")), ("indexInclude", ["!"]),
+                                        ("indexExclude", ["ok/", "!"])])
+def test_non_finite_numbers_and_broken_patterns_are_refused_and_the_old_value_kept(key, value):
+    base = Settings(top_p=0.9)
+    settings, warnings = parse_settings({key: value}, base=base)
+    assert settings == base and len(warnings) == 1 and key in warnings[0]
