@@ -207,8 +207,8 @@ class Engine:
         if mode == "none":
             return None
         region = RegionDrafter(draft_ids, prompt_len)
-        return SwitchingDrafter([region, *others], self.rewrite_policy,
-                                caps={d.name: config.max_draft_tokens for d in others}, idle_passed_over=True)
+        caps = {d.name: config.max_draft_tokens for d in others} | {region.name: config.max_region_draft_tokens}
+        return SwitchingDrafter([region, *others], self.rewrite_policy, caps=caps, idle_passed_over=True)
 
     def reset_caches(self) -> None:
         """Forget the cached prompts of the target and the draft model (the next prompt is prefilled cold)."""
