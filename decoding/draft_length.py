@@ -131,6 +131,8 @@ class DraftLengthPolicy:
         verify_cost_per_token: extra cost of verifying one more token in a pass, in target passes;
             used where no measured cost table is set (:meth:`set_verify_costs`).
         idle_relax: per round a source sits out, the fraction of the way its alpha moves back to the prior.
+        priors: ``{source name: prior alpha}`` for sources expected to do better or worse than
+            ``prior_alpha`` (e.g. the region of a rewrite, which copies most of its draft).
     """
 
     max_k: int = 64
@@ -138,15 +140,22 @@ class DraftLengthPolicy:
     decay: float = 0.9
     verify_cost_per_token: float = 0.05
     idle_relax: float = 0.05
+    priors: dict[str, float] = field(default_factory=dict)
     estimates: dict[str, SourceEstimate] = field(default_factory=dict)
     verify_costs: tuple[float, ...] | None = None  # measured pass cost per k (see VerifyCost.relative_costs)
 
     def __post_init__(self) -> None:
         if self.max_k < 0:
             raise ValueError(f"max_k must be >= 0, got {self.max_k}")
+        if any(not 0.0 <= alpha <= 1.0 for alpha in (self.prior_alpha, *self.priors.values())):
+            raise ValueError(f"prior acceptance rates must be in [0, 1], got {self.prior_alpha} and {self.priors}")
+
+    def prior(self, source: str) -> float:
+        """The acceptance assumed for ``source`` before any evidence."""
+        return self.priors.get(source, self.prior_alpha)
 
     def estimate(self, source: str) -> SourceEstimate:
-        return self.estimates.setdefault(source, SourceEstimate(self.prior_alpha))
+        return self.estimates.setdefault(source, SourceEstimate(self.prior(source)))
 
     def cost(self, source: str, k: int) -> float:
         """Drafting k tokens from ``source`` and verifying them, in one-token target passes: the measured
@@ -189,7 +198,7 @@ class DraftLengthPolicy:
     def idle(self, source: str) -> None:
         """A round in which ``source`` was not asked to draft: its alpha relaxes toward the prior."""
         est = self.estimate(source)
-        est.alpha += self.idle_relax * (self.prior_alpha - est.alpha)
+        est.alpha += self.idle_relax * (self.prior(source) - est.alpha)
 
     def set_verify_costs(self, costs: tuple[float, ...]) -> None:
         """The measured cost of a pass verifying k tokens over a one-token pass, for k = 0, 1, ...

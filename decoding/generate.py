@@ -45,6 +45,7 @@ from decoding.verify import VerifyResult, greedy_verify, speculative_verify
 #: pass. `speclsp bench decode` (edit workload, starter pair, 2-core CPU): 5.41 tokens per pass at a cap
 #: of 8, 7.06 at 16; FIM and high-entropy text did not slow down.
 DEFAULT_MAX_DRAFT_TOKENS = 16
+DEFAULT_MAX_REGION_DRAFT_TOKENS = 64  # see GenerationConfig.max_region_draft_tokens
 
 class FinishReason(StrEnum):
     """Why a generation ended (equal to its string, as logs and JSON write it)."""
@@ -66,6 +67,9 @@ class GenerationConfig:
     stop_strings: tuple[str, ...] = ()  # the text is cut before the first occurrence of any of these
     stop_token_ids: frozenset[int] | None = None  # None: the tokenizer's and model's end-of-sequence ids
     max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS  # k at most per round
+    #: k at most per round for the region drafter of a rewrite (:meth:`decoding.engine.Engine.rewrite`; other
+    #: generations ignore it): long, so one pass can check the whole rest of a region the rewrite rejoined.
+    max_region_draft_tokens: int = DEFAULT_MAX_REGION_DRAFT_TOKENS
     draft_min_confidence: float = 0.0  # a draft model stops drafting at a token it gives less than this
     seed: int | None = None  # random source for sampling, and timing-independent drafting; None: nondeterministic
     #: With ``should_stop``, the prompt is prefilled in pieces of this many tokens and ``should_stop`` is
@@ -76,8 +80,9 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.max_draft_tokens < 0:
-            raise ValueError(f"max_draft_tokens must be >= 0, got {self.max_draft_tokens}")
+        if min(self.max_draft_tokens, self.max_region_draft_tokens) < 0:
+            raise ValueError(f"max_draft_tokens and max_region_draft_tokens must be >= 0, got "
+                             f"{self.max_draft_tokens} and {self.max_region_draft_tokens}")
         if self.prefill_chunk_tokens < 0:
             raise ValueError(f"prefill_chunk_tokens must be >= 0, got {self.prefill_chunk_tokens}")
         if not 0.0 <= self.draft_min_confidence <= 1.0:

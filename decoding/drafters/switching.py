@@ -8,11 +8,17 @@ sub-drafter it only sizes that drafter's drafts (k = 0, no draft, when drafting 
 
 It measures how long each model draft took and hands that to the policy's cost model; the verify pass
 costs come from the generator through :class:`decoding.drafters.base.DraftContext`.
+
+Two options serve sources unlike the others (the region drafter of a rewrite, :mod:`decoding.drafters.region`):
+``caps`` keeps some sources below the round's budget, so one source may draft longer than the rest; and
+with ``idle_passed_over`` a source whose draft lost to a costlier source's relaxes toward the prior as one
+that did not draft does, instead of keeping the estimate it had when it was last chosen for good.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 
 from decoding.draft_length import DraftLengthPolicy
@@ -25,15 +31,25 @@ class SwitchingDrafter:
     Args:
         drafters: sub-drafters in order of cost, e.g. ``[NgramDrafter(), ModelDrafter(...)]``.
         policy: draft-length policy; k is capped by ``policy.max_k`` and the round's ``max_tokens``.
+        caps: ``{source name: k at most}`` for sources that must stay below the round's ``max_tokens``
+            (tokens); sources not named are capped by the round alone.
+        idle_passed_over: a source that proposed a draft but lost to a costlier source counts as idle
+            (:meth:`DraftLengthPolicy.idle`), so an early low estimate cannot keep it out for good.
+            Off by default: the completion modes keep the behaviour their benchmarks measured.
     Raises:
-        ValueError: ``drafters`` is empty.
+        ValueError: ``drafters`` is empty, or a cap is negative.
     """
 
-    def __init__(self, drafters: list[Drafter], policy: DraftLengthPolicy | None = None):
+    def __init__(self, drafters: list[Drafter], policy: DraftLengthPolicy | None = None,
+                 caps: Mapping[str, int] | None = None, idle_passed_over: bool = False):
         if not drafters:
             raise ValueError("SwitchingDrafter needs at least one drafter")
+        if caps and min(caps.values()) < 0:
+            raise ValueError(f"draft length caps must be >= 0, got {dict(caps)}")
         self.drafters = drafters
         self.policy = policy or DraftLengthPolicy()
+        self.caps = dict(caps or {})
+        self.idle_passed_over = idle_passed_over
         self.name = "+".join(d.name for d in drafters)
         self._last: tuple[Draft, Drafter] | None = None  # the outstanding draft and who made it
 
@@ -42,7 +58,8 @@ class SwitchingDrafter:
         every costlier source; ``None`` when no source proposes anything."""
         if context.verify_costs is not None:
             self.policy.set_verify_costs(context.verify_costs)
-        plans = [self.policy.plan(d.name, context.max_tokens) for d in self.drafters]
+        plans = [self.policy.plan(d.name, min(context.max_tokens, self.caps.get(d.name, context.max_tokens)))
+                 for d in self.drafters]
         gains = [gain for _, gain in plans]
         for i, drafter in enumerate(self.drafters):
             k = plans[i][0]
@@ -59,6 +76,8 @@ class SwitchingDrafter:
             if i == len(self.drafters) - 1 or gains[i] >= max(gains[i + 1 :]):
                 self._last = (draft, drafter)
                 return draft
+            if self.idle_passed_over:
+                self.policy.idle(drafter.name)
         return None
 
     def observe(self, draft: Draft, num_accepted: int) -> None:

@@ -1,0 +1,107 @@
+"""Drafting a rewrite from the original region: the region's own tokens are the draft.
+
+A next-edit rewrite copies most of the region it rewrites (Cursor's "speculative edits"; Zed's Zeta), so
+the original region, followed by the tokens of its end marker, is a nearly perfect draft. The drafter
+keeps a pointer into those tokens: the index of the token the rewrite is expected to write next.
+
+* While the target writes what the pointer expects, the pointer follows it, token by token, whoever
+  drafted (an accepted region draft, the bonus token, another source's draft, a plain round).
+* When the target writes something else (it inserted, deleted or replaced text), the drafter re-anchors:
+  it looks up the last ``anchor_tokens`` generated tokens in the region, nearest occurrence at or after
+  the old pointer first (the rewrite goes forward), else the nearest before it (a repeated line), and
+  continues after that occurrence. Not found: it proposes nothing until a later anchor is found.
+* Aligned, it proposes the rest of the region, end marker included, up to ``max_tokens``: one verify pass
+  checks the whole remainder, so once the rewrite has rejoined the original for the rest of the region
+  the generation ends in that pass at the end marker (a stop string or stop token of the caller). That is
+  the exact early exit: nothing is assumed, the target verifies every token.
+
+The draft is deterministic (``draft_probs=None``): verification treats it as one-hot, exact for greedy
+and sampled decoding alike.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from decoding.drafters.base import Draft, DraftContext
+
+REGION_SOURCE = "region"  # the drafter's default name, and its source in the generation stats
+
+
+class RegionDrafter:
+    """Drafter proposing the original region's tokens after the pointer (see the module docstring).
+
+    Args:
+        draft_ids: the original region's token ids followed by its end marker's (the caller appends them).
+        prompt_len: tokens of the prompt; ``DraftContext.token_ids[prompt_len:]`` are the generated ones.
+        anchor_tokens: generated tokens matched to re-anchor (fewer while fewer have been generated).
+        name: the source name in the policy and the stats.
+    Raises:
+        ValueError: ``anchor_tokens < 1`` or ``prompt_len < 0``.
+    """
+
+    def __init__(self, draft_ids: list[int], prompt_len: int, anchor_tokens: int = 3, name: str = REGION_SOURCE):
+        if anchor_tokens < 1:
+            raise ValueError(f"anchor_tokens must be >= 1, got {anchor_tokens}")
+        if prompt_len < 0:
+            raise ValueError(f"prompt_len must be >= 0, got {prompt_len}")
+        self.draft_ids = list(draft_ids)
+        self.prompt_len = prompt_len
+        self.anchor_tokens = anchor_tokens
+        self.name = name
+        self.pointer = 0  # index into draft_ids of the token expected next
+        self.aligned = True  # the generated tokens so far end where the pointer is (the start: nothing generated)
+        self._seen = 0  # generated tokens the pointer accounts for
+        # Where each anchor_tokens-gram of the region ends (the index after it), ascending.
+        self._ends: dict[tuple[int, ...], list[int]] = {}
+        n = anchor_tokens
+        for end in range(n, len(self.draft_ids) + 1):
+            self._ends.setdefault(tuple(self.draft_ids[end - n : end]), []).append(end)
+
+    def propose(self, context: DraftContext) -> Draft | None:
+        """``draft_ids[pointer : pointer + max_tokens]`` once the pointer follows the generated tokens;
+        ``None`` when lost (no anchor found), at the region's end, or when ``max_tokens`` is 0."""
+        self._follow(context.token_ids[self.prompt_len :])
+        if context.max_tokens <= 0 or not self.aligned:
+            return None
+        draft = self.draft_ids[self.pointer : self.pointer + context.max_tokens]
+        return Draft(tokens=draft, draft_probs=None, source=self.name) if draft else None
+
+    def observe(self, draft: Draft, num_accepted: int) -> None:
+        """Nothing to do here: the next :meth:`propose` moves the pointer over the committed tokens,
+        the ``num_accepted`` accepted ones and the token the target added after them."""
+
+    def _follow(self, generated: list[int]) -> None:
+        """Move the pointer over the generated tokens not seen yet; re-anchor where they differ from
+        the region. Generated tokens that are not an extension of those seen (a new generation):
+        start again from the region's start."""
+        if len(generated) < self._seen:
+            self.pointer, self.aligned, self._seen = 0, True, 0
+        for token in generated[self._seen :]:
+            if self.aligned and self.pointer < len(self.draft_ids) and self.draft_ids[self.pointer] == token:
+                self.pointer += 1
+            else:
+                self.aligned = False
+                break
+        if not self.aligned and generated:
+            found = self.anchor(generated[-self.anchor_tokens :])
+            if found is not None:
+                self.pointer, self.aligned = found, True
+        self._seen = len(generated)
+
+    def anchor(self, suffix: list[int]) -> int | None:
+        """The index after an occurrence of ``suffix`` in ``draft_ids``: the first occurrence ending
+        at or after the pointer, else the last one ending before it; ``None`` if it does not occur.
+
+        Args:
+            suffix: 1 to ``anchor_tokens`` token ids (shorter only at the start of a rewrite).
+        """
+        if len(suffix) == self.anchor_tokens:
+            ends = self._ends.get(tuple(suffix), [])
+        else:
+            n = len(suffix)
+            ends = [e for e in range(n, len(self.draft_ids) + 1) if self.draft_ids[e - n : e] == suffix]
+        if not ends:
+            return None
+        at = bisect_left(ends, self.pointer)
+        return ends[at] if at < len(ends) else ends[-1]
