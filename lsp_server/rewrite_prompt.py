@@ -15,8 +15,9 @@ The format belongs to the model:
   code directly and ends it with ``"\\n```"``, the end marker;
 * a code model without one but with fill-in-the-middle tokens (the starter pair, base code models):
   plain text: the diffs as line comments, the file around the region with the region between
-  ``<region>`` / ``</region>`` comment lines, an instruction comment and the ``<region>`` comment line
-  again; the model writes the region and ends it with the ``</region>`` comment line (the end marker);
+  ``region:`` / ``end of region`` comment lines (words a small model copies reliably), an instruction
+  comment and the ``region:`` comment line
+  again; the model writes the region and ends it with the ``end of region`` comment line (the end marker);
 * any other model: :class:`NextEditUnsupported`.
 
 Text from the document (code, diffs) is tokenised with special tokens split: a ``<|im_end|>`` written in
@@ -121,10 +122,10 @@ def _plain_prompt(tokenizer, name: str, comment: str, diffs: Sequence[str], befo
                   after: str) -> tuple[list[int], str]:
     """(prompt ids, end marker) of the plain format for code models without a chat template."""
     edit_lines = "\n".join(f"{comment} {line}" for diff in diffs for line in diff.split("\n")) or f"{comment} (none)"
-    text = (f"{comment} Recent edits to {name}:\n{edit_lines}\n{before}{comment} <region>\n{region}\n"
-            f"{comment} </region>{after}\n{comment} The region above, rewritten with the recent edits carried "
-            f"through it:\n{comment} <region>\n")
-    return _encode(tokenizer, text, True), f"\n{comment} </region>"
+    text = (f"{comment} Recent edits to {name}:\n{edit_lines}\n{before}{comment} region:\n{region}\n"
+            f"{comment} end of region{after}\n{comment} The region above, rewritten with the recent edits carried "
+            f"through it:\n{comment} region:\n")
+    return _encode(tokenizer, text, True), f"\n{comment} end of region"
 
 
 def build_rewrite_prompt(document: Document, cursor_offset: int, history, tokenizer,
