@@ -12,7 +12,12 @@ from decoding.capabilities import read_capabilities
 from decoding.starter import TARGET_DIR
 from lsp_server.documents import Document
 from lsp_server.edit_history import MAX_CHARS, MAX_EDITS, EditHistory, changed_span
-from lsp_server.rewrite_prompt import CHAT_END_MARKER, NextEditUnsupported, build_rewrite_prompt, region_lines_around
+from lsp_server.rewrite_prompt import (
+    CHAT_END_MARKER,
+    NextEditUnsupported,
+    build_rewrite_prompt,
+    region_lines_around,
+)
 from lsp_server.text_edits import apply_edits, minimal_edits
 
 pytestmark = pytest.mark.unit
