@@ -7,6 +7,10 @@ Special tokens never reach the text (they end generation, and a model spelling o
 byte is cut there too, docs/cases.md L8). :mod:`lsp_server.completion_mode` decides single- or multi-line
 before generation and :mod:`lsp_server.postprocess` trims the result after it (block ends, the suffix never repeated, syntax);
 line breaks are written in the document's own line ending (docs/cases.md L3).
+
+:func:`rewrite` is the next-edit counterpart: the region around the cursor rewritten with the recent
+edits carried through (:mod:`lsp_server.rewrite_prompt`), drafted from the region itself, and the
+minimal edits from the old region to the new (:mod:`lsp_server.text_edits`).
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ from decoding.generate import FinishReason, Generation
 from lsp_server.completion_mode import Mode, decide_mode
 from lsp_server.documents import Document
 from lsp_server.draft_sources import DraftSources
-from lsp_server.positions import to_document_text
+from lsp_server.positions import line_ending, to_document_text
 from lsp_server.postprocess import TrimContext, trim
 from lsp_server.prompt import Prompt, build_prompt
 from lsp_server.related_files import context_documents, label, related_files
 from lsp_server.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest
+from lsp_server.rewrite_prompt import RewritePrompt, build_rewrite_prompt
+from lsp_server.text_edits import Replacement, minimal_edits
 
 
 @dataclass
@@ -83,3 +89,62 @@ def complete(
     insert_text = postprocess(generation.text, prompt, mode, document.language_id, generation.finish_reason)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
     return Completion(insert_text, prompt, generation, mode, ms)
+
+
+@dataclass
+class Rewrite:
+    """A next-edit suggestion: the region rewritten, and the edits that turn the old region into it."""
+
+    prompt: RewritePrompt
+    generation: Generation
+    text: str  # the new region, in the document's line ending ("" when unfinished)
+    edits: list[Replacement]  # code points into the request's document text; [] when nothing changes
+    ms: dict[str, float] = field(default_factory=dict)  # context, engine, postprocess
+    mode = None  # no completion mode (for the tracer)
+
+    @property
+    def finished(self) -> bool:
+        """The model wrote the whole region (its end marker or the end of its turn)."""
+        return self.generation.finish_reason == FinishReason.STOP
+
+    @property
+    def insert_text(self) -> str:
+        """The new region (what the tracer shows at verbose level)."""
+        return self.text
+
+
+def rewrite(engine: Engine, request: CompletionRequest, history=(), seed: int | None = None) -> Rewrite | None:
+    """Rewrite the region around the request's cursor with the recent edits carried through it.
+
+    Args:
+        history: the document's recent edits (see :func:`lsp_server.rewrite_prompt.build_rewrite_prompt`).
+        seed: random source for sampling (``None``: nondeterministic).
+    Returns:
+        ``None`` when the region is blank. An unfinished rewrite (``max_new_tokens`` reached, or
+        cancelled) has no text and no edits.
+    Raises:
+        lsp_server.rewrite_prompt.NextEditUnsupported: the model cannot write rewrites.
+    The generation stops at its next verify round once ``request.cancelled`` is set.
+    """
+    t0 = time.perf_counter()
+    settings, document = request.settings, request.document
+    prompt = build_rewrite_prompt(document, request.offset, history, engine.tokenizer, engine.target.capabilities,
+                                  settings.next_edit_region_lines)
+    if prompt is None:
+        return None
+    config = settings.rewrite_config(prompt.end_marker, engine, seed)
+    cache_key = ("nextEdit", document.uri)  # not the completion prompt's cache: the prompts share nothing
+    t1 = time.perf_counter()
+    if hasattr(engine, "rewrite"):
+        generation = engine.rewrite(prompt.prompt_ids, prompt.draft_ids, config, settings.drafter,
+                                    should_stop=request.cancelled.is_set, cache_key=cache_key)
+    else:  # SHIM(issue 21): until Engine.rewrite (Part E) is merged; the coordinator removes this branch
+        generation = engine.generate(prompt.prompt_ids, config, settings.drafter,
+                                     should_stop=request.cancelled.is_set, cache_key=cache_key)
+    t2 = time.perf_counter()
+    text, edits = "", []
+    if generation.finish_reason == FinishReason.STOP:
+        text = to_document_text(generation.text, line_ending(document.text))
+        edits = minimal_edits(prompt.region_text, text, prompt.region_start)
+    ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
+    return Rewrite(prompt, generation, text, edits, ms)

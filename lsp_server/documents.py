@@ -113,8 +113,13 @@ class DocumentStore:
             self._put(document)  # insertion order = least to most recently touched
         return document
 
-    def change(self, params: types.DidChangeTextDocumentParams, codec: PositionCodec) -> Document:
+    def change(self, params: types.DidChangeTextDocumentParams, codec: PositionCodec,
+               applied: list[tuple[int, int, str]] | None = None) -> Document:
         """Apply content changes in order; the new snapshot.
+
+        Args:
+            applied: when given, each applied change is appended to it as (start, end, new text), code
+                points into the text as it was just before that change (a full-text change: the whole text).
 
         Ranges are clamped (see the module docstring). An incremental change to a document that is out
         of sync is skipped (its offsets refer to text we do not have); a full-text change brings it
@@ -134,8 +139,13 @@ class DocumentStore:
                     start = index.change_offset(change.range.start, codec)
                     end = index.change_offset(change.range.end, codec)
                     start, end = min(start, end), max(start, end)
-                    index = index.edited(start, end, _scrubbed(change.text))
+                    replacement = _scrubbed(change.text)
+                    if applied is not None:
+                        applied.append((start, end, replacement))
+                    index = index.edited(start, end, replacement)
                 else:
+                    if applied is not None:
+                        applied.append((0, len(index.text), _scrubbed(change.text)))
                     index, problem = LineIndex.of(_scrubbed(change.text)), ""
             document = Document(document.uri, index.text, params.text_document.version, document.language_id,
                                 not problem, problem)

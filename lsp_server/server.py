@@ -153,9 +153,10 @@ class SpeclspServer(LanguageServer):
 
 def create_server(loader: Callable[..., Engine] = Engine.load) -> SpeclspServer:
     """A server with every feature registered."""
-    from lsp_server.features import completion, document_sync, index_info, inline_completion, lifecycle, status
+    from lsp_server.features import (completion, document_sync, index_info, inline_completion, lifecycle, next_edit,
+                                     status)
 
     server = SpeclspServer(loader)
-    for feature in (lifecycle, document_sync, inline_completion, completion, status, index_info):
+    for feature in (lifecycle, document_sync, inline_completion, completion, next_edit, status, index_info):
         feature.register(server)
     return server

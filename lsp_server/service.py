@@ -14,6 +14,9 @@ Both ``textDocument/inlineCompletion`` and ``textDocument/completion`` come thro
   without a model call (the user is indenting, docs/cases.md L7);
 * typing the start of the completion just answered gets the rest of it at once (type-through cache);
 * every request is logged with its id, per-stage milliseconds and acceptance counts.
+
+Next-edit suggestions (:meth:`CompletionService.next_edit`) go the same way (resolution, cancellation,
+superseding, tracing), with the document's recent edits (:attr:`CompletionService.history`).
 """
 
 from __future__ import annotations
@@ -24,24 +27,30 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 from decoding.generate import FinishReason
-from lsp_server.completer import Completion, complete
+from lsp_server.completer import Completion, Rewrite, complete, rewrite
 from lsp_server.completion_mode import suppresses_automatic
 from lsp_server.documents import Document, DocumentStore
 from lsp_server.draft_sources import DraftSources
+from lsp_server.edit_history import EditHistories
 from lsp_server.file_rules import uri_looks_secret
 from lsp_server.positions import PositionError, codec_for
 from lsp_server.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest, resolve_request
+from lsp_server.rewrite_prompt import NextEditUnsupported
 from lsp_server.settings import Settings
 from lsp_server.syntax import parser_for
 from lsp_server.tracing import RpcClock, Tracer
 from lsp_server.type_through import TypeThroughCache
 from lsp_server.worker import READY, ModelWorker
+
+NEXT_EDIT = "nextEdit"  # the method name of next-edit requests in logs and in-flight keys
+T = TypeVar("T")
 
 
 def _after_answer(fn, *args, **kwargs) -> None:
@@ -89,6 +98,7 @@ class CompletionService:
         self._sync_explained: dict[str, str] = {}  # uri -> the out-of-sync problem last explained in the log
         self.sources = DraftSources(defer_cold_parts=True)  # model thread only
         self._secret_logged: set[str] = set()  # secret-looking documents already reported
+        self.history = EditHistories()  # recent edits per document, for next-edit suggestions
 
     def _on_model_thread(self, fn: Callable[..., object], *args) -> None:
         """Run ``fn(engine, *args)`` on the model thread when the models are ready (else there is
@@ -115,6 +125,7 @@ class CompletionService:
         self.cancel_document(uri)
         self.type_through.forget(uri)
         self._sync_explained.pop(uri, None)
+        self.history.forget(uri)
         self._on_model_thread(self.sources.document_closed, uri)
 
     def file_changed(self, uri: str) -> None:
@@ -213,7 +224,10 @@ class CompletionService:
         if self.worker.state != READY:
             log(status=f"models {self.worker.state}")
             return None
-        wait_ms, completion = await self._generate(request, log)
+        others = [d for d in self.store.all() if d.uri != request.uri]
+        repo = self.repo_ref()
+        wait_ms, completion = await self._generate(
+            request, log, lambda engine: complete(engine, request, others, repo, self.sources))
         if completion is None:
             log(status="superseded", queue_ms=wait_ms)
             return None
@@ -227,21 +241,19 @@ class CompletionService:
         self.type_through.remember(uri, request.document.text, request.offset, completion.insert_text)
         return self._answer(request, completion.insert_text, completion.prompt.cursor_offset, completion)
 
-    async def _generate(self, request: CompletionRequest, log) -> tuple[float, Completion | None]:
-        """Run the completion on the model thread: (ms queued, the completion or ``None`` when it was
-        superseded before it started). A newer request for the same document and method cancels this one."""
+    async def _generate(self, request: CompletionRequest, log, work: Callable[[object], T]) -> tuple[float, T | None]:
+        """Run ``work(engine)`` on the model thread: (ms queued, its result or ``None`` when the request
+        was superseded before it started). A newer request for the same document and method cancels this one."""
         key = (request.uri, request.method)
         self.cancel_document(*key)
         self._inflight[key] = request
-        others = [d for d in self.store.all() if d.uri != request.uri]
-        repo = self.repo_ref()
         queued = time.perf_counter()
 
-        def run(engine) -> tuple[float, Completion | None]:
+        def run(engine) -> tuple[float, T | None]:
             wait_ms = 1000 * (time.perf_counter() - queued)
             if request.cancelled.is_set():  # superseded while queued: no context, no prefill
                 return wait_ms, None
-            return wait_ms, complete(engine, request, others, repo, self.sources)
+            return wait_ms, work(engine)
 
         try:
             return await asyncio.wrap_future(self.worker.submit(run))
@@ -252,3 +264,55 @@ class CompletionService:
         finally:
             if self._inflight.get(key) is request:
                 del self._inflight[key]
+
+    async def next_edit(self, uri: str, position: types.Position) -> NextEdit | None:
+        """A next-edit suggestion at ``position`` (:func:`lsp_server.completer.rewrite`); ``None`` when
+        there is nothing to suggest (models not ready, a secret-looking or out-of-sync document, a blank
+        region, an unfinished or superseded rewrite). Its edits are ``[]`` when the region stays as it is.
+
+        Raises:
+            JsonRpcInvalidParams: the document is not open or the position is not in it.
+            JsonRpcException: RequestFailed when the model cannot write rewrites.
+        """
+        started = time.perf_counter()
+        msg_id, clock = self.rpc()
+        method = NEXT_EDIT
+        request = self._resolve(method, uri, position, automatic=False)
+        log = functools.partial(self.tracer.request, request.request_id, method, uri, position)
+        if uri_looks_secret(uri):
+            self._report_secret(uri)
+            log(status="no suggestion: secret-looking file")
+            return None
+        if not request.document.in_sync:
+            self._explain_out_of_sync(request.document)
+            log(status="document out of sync; reopen it")
+            return None
+        if self.worker.state != READY:
+            log(status=f"models {self.worker.state}")
+            return None
+        diffs = self.history.diffs(uri, uri.rsplit("/", 1)[-1])  # a snapshot, taken on the event loop
+        try:
+            wait_ms, result = await self._generate(request, log, lambda engine: rewrite(engine, request, diffs))
+        except NextEditUnsupported as exc:
+            log(status="next edits unsupported by the model")
+            raise JsonRpcException(str(exc), code=types.LSPErrorCodes.RequestFailed) from exc
+        if result is None:
+            log(status="superseded" if request.cancelled.is_set() else "no suggestion: blank region", queue_ms=wait_ms)
+            return None
+        status = ("superseded" if result.generation.finish_reason == FinishReason.CANCELLED
+                  else "ok" if result.finished else "no suggestion: rewrite unfinished (nextEditMaxNewTokens)")
+        if status == "ok" and not result.edits:
+            status = "ok: no change"
+        handler_ms = 1000 * (time.perf_counter() - started)
+        _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request.request_id, method, uri,
+                      position, status=status, queue_ms=wait_ms, completion=result)
+        return NextEdit(request.document, result, handler_ms) if result.finished else None
+
+
+@dataclass(frozen=True)
+class NextEdit:
+    """A finished next-edit rewrite and the document snapshot its edits apply to."""
+
+    document: Document
+    rewrite: Rewrite
+    handler_ms: float  # from the handler's start to the answer (ms)

@@ -76,6 +76,11 @@ class Settings:
     draft_min_confidence: float = _setting(
         0.0, "The draft model stops drafting at a token it gives less probability than this (0 = off). "
         "Exactness is unaffected.", minimum=0, maximum=1)
+    next_edit_region_lines: int = _setting(
+        20, "Next-edit suggestions: the most lines of the region around the cursor that the model rewrites "
+        "(snapped to the enclosing definition when it fits).", minimum=1, maximum=400)
+    next_edit_max_new_tokens: int = _setting(512, "Next-edit suggestions: most tokens the model writes for the "
+                                             "rewritten region.", minimum=1, maximum=8192)
     prefix_tokens: int = _setting(1024, "Prompt budget before the cursor (tokens).", minimum=1, maximum=32768)
     suffix_tokens: int = _setting(256, "Prompt budget after the cursor (tokens).", minimum=0, maximum=32768)
     extra_tokens: int = _setting(512, "Prompt budget (tokens) for snippets of other files, for models that know "
@@ -121,6 +126,20 @@ class Settings:
             max_new_tokens=self.max_new_tokens,
             sampling=SamplingParams(self.temperature, self.top_k, self.top_p),
             stop_strings=special + (() if multi_line else ("\n",)),
+            stop_token_ids=engine.completion_stop_ids,
+            max_draft_tokens=self.max_draft_tokens,
+            draft_min_confidence=self.draft_min_confidence,
+            seed=seed,
+        )
+
+    def rewrite_config(self, end_marker: str, engine: Engine, seed: int | None = None) -> GenerationConfig:
+        """What one next-edit rewrite generates: up to ``next_edit_max_new_tokens``, ending at the region's
+        ``end_marker`` or at a special token."""
+        special = tuple(t for t in engine.tokenizer.all_special_tokens if t)
+        return GenerationConfig(
+            max_new_tokens=self.next_edit_max_new_tokens,
+            sampling=SamplingParams(self.temperature, self.top_k, self.top_p),
+            stop_strings=special + ((end_marker,) if end_marker else ()),
             stop_token_ids=engine.completion_stop_ids,
             max_draft_tokens=self.max_draft_tokens,
             draft_min_confidence=self.draft_min_confidence,

@@ -189,3 +189,34 @@ def syntax_window(prefix: str, suffix: str) -> tuple[str, str]:
             end = index
             break
     return head, "\n".join(tail_lines[:end])
+
+
+#: Node types that are definitions, for snapping a rewrite region (python, JS/TS, Go, Rust, Java, C/C++).
+_DEFINITION_TYPES = frozenset({
+    "function_definition", "class_definition", "decorated_definition", "function_declaration",
+    "generator_function_declaration", "class_declaration", "method_definition", "method_declaration",
+    "constructor_declaration", "interface_declaration", "enum_declaration", "function_item", "impl_item",
+    "struct_item", "enum_item", "trait_item", "mod_item", "struct_specifier", "class_specifier",
+})
+_MAX_DEFINITION_PARSE_CHARS = 500_000  # a larger document is not parsed for definitions
+
+
+def enclosing_definitions(language_id: str, text: str, offset: int) -> list[tuple[int, int]]:
+    """(first line, last line) of each definition that contains ``offset`` (code points), innermost
+    first; 0-based lines of ``text`` split at ``\\n``. Empty without a grammar for the language or for
+    a document over ``_MAX_DEFINITION_PARSE_CHARS``."""
+    parser = parser_for(language_id)
+    if parser is None or len(text) > _MAX_DEFINITION_PARSE_CHARS:
+        return []
+    data = text.encode("utf-8")
+    byte_offset = len(text[:offset].encode("utf-8"))
+    node = parser.parse(data).root_node.descendant_for_byte_range(byte_offset, byte_offset)
+    spans = []
+    while node is not None:
+        if node.type in _DEFINITION_TYPES:
+            last = node.end_point[0] - (1 if node.end_point[1] == 0 and node.end_point[0] > node.start_point[0] else 0)
+            span = (node.start_point[0], last)
+            if not spans or spans[-1] != span:  # a decorated definition and its function share lines
+                spans.append(span)
+        node = node.parent
+    return spans

@@ -148,8 +148,9 @@ class Tracer:
                 prefill_reused=stats.prefill_reused, tokens=stats.new_tokens, target_passes=stats.target_passes,
                 tokens_per_pass=round(stats.tokens_per_pass, 3),
                 accepted={n: {"accepted": s.accepted, "drafted": s.drafted} for n, s in sorted(stats.sources.items())},
-                finish=completion.generation.finish_reason, multi_line=completion.mode.multi_line,
-                mode_reason=completion.mode.reason)
+                finish=completion.generation.finish_reason)
+            if completion.mode is not None:  # a completion (a next-edit rewrite has no mode)
+                record.update(multi_line=completion.mode.multi_line, mode_reason=completion.mode.reason)
         elif total_ms:
             parts.append(f"total={total_ms:.1f}ms")
             record["ms"] = {"total": round(total_ms, 2)}

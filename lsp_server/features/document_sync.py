@@ -3,7 +3,8 @@
 A ``didChange`` arrives structured by the protocol (:class:`lsp_server.server.SpeclspProtocol`), or as
 a :class:`~lsp_server.documents.MalformedChange` when its parameters do not fit the protocol's types:
 its document is then out of sync (an error in the log; no completions from stale text) until a
-full-text change or a reopen.
+full-text change or a reopen. Each applied change is also noted in the document's edit history
+(:mod:`lsp_server.edit_history`), for next-edit suggestions.
 """
 
 from __future__ import annotations
@@ -32,10 +33,14 @@ def register(server: SpeclspServer) -> None:
             return
         uri = params.text_document.uri
         ls.service.cancel_document(uri)  # the text the generation started from is gone
+        before, applied = ls.store.get(uri), []
         try:
-            ls.store.change(params, codec_for(ls.service.position_encoding))
+            after = ls.store.change(params, codec_for(ls.service.position_encoding), applied)
         except KeyError:
             ls.tracer.message(f"[speclsp] didChange for {uri}, which is not open; ignored", types.MessageType.Warning)
+            return
+        if before is not None and before.in_sync and after.in_sync:  # the user's recent edits, for next edits
+            ls.service.history.record(before, after, applied)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: SpeclspServer, params: types.DidCloseTextDocumentParams) -> None:
