@@ -135,12 +135,8 @@ def rewrite(engine: Engine, request: CompletionRequest, history=(), seed: int | 
     config = settings.rewrite_config(prompt.end_marker, engine, seed)
     cache_key = ("nextEdit", document.uri)  # not the completion prompt's cache: the prompts share nothing
     t1 = time.perf_counter()
-    if hasattr(engine, "rewrite"):
-        generation = engine.rewrite(prompt.prompt_ids, prompt.draft_ids, config, settings.drafter,
-                                    should_stop=request.cancelled.is_set, cache_key=cache_key)
-    else:  # SHIM(issue 21): until Engine.rewrite (Part E) is merged; the coordinator removes this branch
-        generation = engine.generate(prompt.prompt_ids, config, settings.drafter,
-                                     should_stop=request.cancelled.is_set, cache_key=cache_key)
+    generation = engine.rewrite(prompt.prompt_ids, prompt.draft_ids, config, settings.drafter,
+                                should_stop=request.cancelled.is_set, cache_key=cache_key)
     t2 = time.perf_counter()
     text, edits = "", []
     if generation.finish_reason == FinishReason.STOP:

@@ -28,6 +28,8 @@ export const SERVER_SETTINGS = [
   "indexExclude",
   "maxFileBytes",
   "indexMaxTokens",
+  "nextEditRegionLines",
+  "nextEditMaxNewTokens",
 ] as const;
 
 /** Settings the extension itself uses; changing one restarts the server. */
