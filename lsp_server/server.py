@@ -41,6 +41,13 @@ def _strict_int(value: Any, _type: type) -> int:
     raise TypeError(f"expected an integer, got {value!r}")
 
 
+def _strict_bool(value: Any, _type: type) -> bool:
+    """cattrs' default turns any value into a ``bool`` (``"false"`` is true): only JSON booleans are."""
+    if isinstance(value, bool):
+        return value
+    raise TypeError(f"expected true or false, got {value!r}")
+
+
 class SpeclspProtocol(LanguageServerProtocol):
     """pygls' protocol, except that documents live only in our store (pygls' workspace keeps no text:
     ``didOpen``, ``didChange`` and ``didClose`` go straight to our handlers, ``didChange`` with its
@@ -51,6 +58,7 @@ class SpeclspProtocol(LanguageServerProtocol):
         super().__init__(*args, **kwargs)
         self.clock = RpcClock()
         self._converter.register_structure_hook(int, _strict_int)
+        self._converter.register_structure_hook(bool, _strict_bool)  # else bool fields dispatch to int's hook
 
     def structure_message(self, data):
         request = isinstance(data, dict) and "method" in data and "id" in data and "jsonrpc" in data

@@ -50,6 +50,22 @@ def test_a_position_number_of_another_type_is_invalid_params_not_guessed(protoco
     assert answer["id"] == 7 and answer["error"]["code"] == -32602
 
 
+def test_initialize_with_full_client_capabilities_structures(protocol):
+    """Booleans are ints to Python: the strict integer hook must not catch them."""
+    from lsprotocol import types
+    from lsprotocol.converters import get_converter
+
+    capabilities = get_converter().unstructure(types.ClientCapabilities(
+        workspace=types.WorkspaceClientCapabilities(apply_edit=True, workspace_edit=types.WorkspaceEditClientCapabilities(
+            document_changes=True, normalizes_line_endings=False))))
+    request = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"processId": None, "rootUri": None, "capabilities": capabilities}}
+    message = protocol.structure_message(request)
+    assert message.params.capabilities.workspace.workspace_edit.document_changes is True
+    bad = {**request, "params": {**request["params"], "capabilities": {"workspace": {"applyEdit": "false"}}}}
+    assert protocol.structure_message(bad) is ANSWERED  # "false" is not a boolean (cattrs would make it true)
+
+
 def test_a_valid_position_still_structures(protocol):
     request = {"jsonrpc": "2.0", "id": 8, "method": "textDocument/inlineCompletion",
                "params": {"textDocument": {"uri": "file:///a.py"}, "position": {"line": 3, "character": 0},
