@@ -52,7 +52,8 @@ def test_extension_compiles_passes_unit_tests_and_packages(tmp_path):
     with zipfile.ZipFile(vsix) as archive:
         names = set(archive.namelist())
         manifest = json.loads(archive.read("extension/package.json"))
-    assert {"extension/out/extension.js", "extension/out/config.js",
+    assert {"extension/out/extension.js", "extension/out/config.js", "extension/out/nextEdit.js",
+            "extension/out/nextEditView.js",
             "extension/node_modules/vscode-languageclient/package.json"} <= names
     assert not any(name.startswith("extension/src/") for name in names)
     assert manifest["main"] == "./out/extension.js"
