@@ -407,6 +407,7 @@ local function lsp_config(bufnr)
     on_exit = function()
       state.client_id = nil
       state.pending = nil
+      vim.schedule(next_edit.reset) -- on_exit runs in a libuv callback: no buffer API there
     end,
   }
 end

@@ -240,6 +240,12 @@ function M.check_stale()
   end
 end
 
+--- Forget the preview and the request in flight without telling the server (it exited).
+function M.reset()
+  state.pending = nil
+  M.clear()
+end
+
 --- Whether a preview is shown.
 function M.visible()
   return state.preview ~= nil
