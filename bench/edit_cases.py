@@ -9,11 +9,16 @@ carry it through (what a next-edit suggestion should write). Three workloads:
   keyword-argument names or text in strings); functions with nested scopes, or that declare the name
   ``global``/``nonlocal``, are left out.
 * ``add_parameter``: a function taking only plain positional parameters gets one more at the end of
-  its parameter list; its calls (``f(...)``, ``self.f(...)``, ``cls.f(...)``) within ``window_lines``
-  lines of its definition, passing exactly its positional parameters, pass the new parameter by name
-  as their last argument.
+  its parameter list; its calls (``f(...)``, ``self.f(...)``, ``cls.f(...)``) in the region, passing
+  exactly its positional parameters, pass the new parameter by name as their last argument.
 * ``keyword``: one call's keyword argument is renamed (``k=`` -> ``k_value=``); the later calls of the
-  same callee with that keyword, within ``window_lines`` lines, follow.
+  same callee with that keyword in the region follow.
+
+The region is the one the server rewrites for a cursor at the user's edit (``region_lines`` lines;
+see :func:`lsp_server.rewrite_prompt.region_lines_around`): the outermost definition (function or
+class) around the edit that spans at most ``region_lines`` lines, else ``region_lines`` lines from a
+quarter of them above the edit, inside the innermost definition. :func:`region_of` computes it from
+Python's own syntax tree; the measurement compares with the region the server actually chose.
 
 Offsets are code points into the document's text (Python ``str`` indices); :mod:`ast` columns are
 UTF-8 bytes and are converted here.
@@ -31,7 +36,7 @@ from pathlib import Path
 from bench.corpus import read_texts
 
 WORKLOADS = ("rename", "add_parameter", "keyword")
-MIN_FUNCTION_LINES, MAX_FUNCTION_LINES = 4, 20  # functions a region of ~20 lines can hold
+MIN_FUNCTION_LINES = 4  # shorter functions have too little to carry an edit through
 NEW_PARAMETER = "context"  # the parameter add_parameter adds (functions already using the name are skipped)
 NEW_NAME_SUFFIX = "_value"  # rename and keyword: `name` becomes `name_value`
 
@@ -133,9 +138,24 @@ class Module:
         return self.at(node.end_lineno, node.end_col_offset)
 
 
-def _functions(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+def _functions(tree: ast.AST, region_lines: int) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions a region holds whole."""
     return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and MIN_FUNCTION_LINES <= node.end_lineno - node.lineno + 1 <= MAX_FUNCTION_LINES]
+            and MIN_FUNCTION_LINES <= node.end_lineno - node.lineno + 1 <= region_lines]
+
+
+def region_of(module: Module, line: int, region_lines: int) -> tuple[int, int]:
+    """(first, last) 1-based lines, inclusive, of the region for an edit on ``line`` (module docstring)."""
+    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    spans = sorted(((node.lineno, node.end_lineno) for node in ast.walk(module.tree)
+                    if isinstance(node, definitions) and node.lineno <= line <= node.end_lineno),
+                   key=lambda span: span[1] - span[0])  # innermost first
+    fitting = [span for span in spans if span[1] - span[0] + 1 <= region_lines]
+    if fitting:
+        return fitting[-1]
+    low, high = spans[0] if spans else (1, len(module.lines))
+    first = max(low, line - region_lines // 4)
+    return first, min(high, first + region_lines - 1)
 
 
 def _has_nested_scope(function: ast.AST) -> bool:
@@ -143,10 +163,10 @@ def _has_nested_scope(function: ast.AST) -> bool:
     return any(isinstance(node, scopes) for node in ast.walk(function) if node is not function)
 
 
-def rename_cases(module: Module, rng: random.Random) -> Iterator[EditCase]:
+def rename_cases(module: Module, rng: random.Random, region_lines: int) -> Iterator[EditCase]:
     """One ``rename`` case per function with a name occurring 3 times or more (see the module docstring)."""
     text, offsets = module.text, module
-    for function in _functions(module.tree):
+    for function in _functions(module.tree, region_lines):
         if _has_nested_scope(function):
             continue
         declared = {name for node in ast.walk(function) if isinstance(node, (ast.Global, ast.Nonlocal))
@@ -190,19 +210,20 @@ def _calls_of(module: Module, function: ast.FunctionDef | ast.AsyncFunctionDef) 
     return found
 
 
-def add_parameter_cases(module: Module, window_lines: int) -> Iterator[EditCase]:
-    """One ``add_parameter`` case per function with a call nearby (see the module docstring)."""
+def add_parameter_cases(module: Module, region_lines: int) -> Iterator[EditCase]:
+    """One ``add_parameter`` case per function with a call in its region (see the module docstring)."""
     text, offsets = module.text, module
-    for function in _functions(module.tree):
+    for function in _functions(module.tree, region_lines):
         args = function.args
         if (args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults or not args.args
                 or NEW_PARAMETER in text[offsets.start(function):offsets.end(function)]):
             continue
         is_method = args.args[0].arg in ("self", "cls")
+        first, last = region_of(module, args.args[-1].end_lineno, region_lines)
         followups = []
         for call, through_attribute in _calls_of(module, function):
             expected_args = len(args.args) - (1 if is_method and through_attribute else 0)
-            if (abs(call.lineno - function.lineno) > window_lines or call.keywords or len(call.args) != expected_args
+            if (not first <= call.lineno <= call.end_lineno <= last or call.keywords or len(call.args) != expected_args
                     or any(isinstance(a, ast.Starred) for a in call.args)):
                 continue
             if call.args:
@@ -217,8 +238,8 @@ def add_parameter_cases(module: Module, window_lines: int) -> Iterator[EditCase]
                            Replacement(at, at, f", {NEW_PARAMETER}"), tuple(followups))
 
 
-def keyword_cases(module: Module, window_lines: int) -> Iterator[EditCase]:
-    """One ``keyword`` case per (callee, keyword) used by two calls or more nearby (see the module docstring)."""
+def keyword_cases(module: Module, region_lines: int) -> Iterator[EditCase]:
+    """One ``keyword`` case per (callee, keyword) used by two calls or more in a region (see the module docstring)."""
     text, offsets = module.text, module
     uses: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (callee text, keyword) -> [(line, offset)]
     for node in (call for calls in module.calls.values() for call in calls):
@@ -228,18 +249,19 @@ def keyword_cases(module: Module, window_lines: int) -> Iterator[EditCase]:
                 continue
             start = offsets.start(keyword)
             if text[start:start + len(keyword.arg)] == keyword.arg:
-                uses.setdefault((callee, keyword.arg), []).append((node.lineno, start))
+                uses.setdefault((callee, keyword.arg), []).append((keyword.lineno, start))
     for (_, name), found in sorted(uses.items()):
         found.sort()
         (first_line, first), *rest = found
-        later = [start for line, start in rest if line - first_line <= window_lines]
+        _, last_line = region_of(module, first_line, region_lines)
+        later = [start for line, start in rest if line <= last_line]
         if later and name + NEW_NAME_SUFFIX not in text:
             new_name = name + NEW_NAME_SUFFIX
             yield EditCase("keyword", f"{module.source}:{first_line}", text, Replacement(first, first + len(name), new_name),
                            tuple(Replacement(s, s + len(name), new_name) for s in later))
 
 
-def edit_cases(paths: list[Path], per_workload: int, seed: int, window_lines: int = 20,
+def edit_cases(paths: list[Path], per_workload: int, seed: int, region_lines: int = 20,
                workloads: tuple[str, ...] = WORKLOADS) -> dict[str, list[EditCase]]:
     """Up to ``per_workload`` cases of each workload from the files ``paths`` (those that parse), drawn
     with ``seed``; the same arguments give the same cases.
@@ -262,9 +284,9 @@ def edit_cases(paths: list[Path], per_workload: int, seed: int, window_lines: in
             continue
         for workload in workloads:
             if workload == "rename":
-                found[workload].extend(rename_cases(module, rng))
+                found[workload].extend(rename_cases(module, rng, region_lines))
             elif workload == "add_parameter":
-                found[workload].extend(add_parameter_cases(module, window_lines))
+                found[workload].extend(add_parameter_cases(module, region_lines))
             else:
-                found[workload].extend(keyword_cases(module, window_lines))
+                found[workload].extend(keyword_cases(module, region_lines))
     return {w: rng.sample(cases, min(per_workload, len(cases))) for w, cases in found.items()}

@@ -6,10 +6,11 @@ and ``keyword`` (one call's keyword argument renamed, the other calls of that ca
 from ``--corpus`` (default ``2026``: code written after the models were trained).
 
 Each case goes through the server's own path: the user's edit is recorded in the server's edit history
-(:mod:`lsp_server.edit_history`), the rewrite prompt and the region's draft come from
-:func:`lsp_server.rewrite_prompt.build_rewrite_prompt`, and the engine rewrites the region twice from a
-cold cache, with plain greedy decoding (``mode="none"``, the reference) and with drafting
-(``--mode``, default ``auto``: the region, the n-gram store and the draft model). A case whose region
+(:mod:`lsp_server.edit_history`) and the region is rewritten by :func:`lsp_server.completer.rewrite`
+(the rewrite prompt, the region as a draft, :meth:`decoding.engine.Engine.rewrite`, the minimal edits),
+twice from a cold cache: with plain greedy decoding (``none``, the reference) and with drafting
+(``--mode``, default ``auto``: the region, the n-gram store and the draft model). Those modules come
+with the next-edit work and are imported only when the measurement runs. A case whose region
 holds none of the follow-ups, or cuts one in two, is skipped and counted.
 
 Reported per workload and mode: the share of suggestions equal to the expected region (trailing line
@@ -42,47 +43,59 @@ def same_region(suggested: str, expected: str) -> bool:
     return suggested.rstrip("\n") == expected.rstrip("\n")
 
 
-def _prompt(case: EditCase, tokenizer, capabilities, region_lines: int):
-    """The server's rewrite prompt for ``case``: the user's edit recorded as a ``didChange`` would record
-    it, then :func:`build_rewrite_prompt` at the cursor. Imported here: Part S's modules (see the module
-    docstring)."""
-    from lsp_server import documents, edit_history, rewrite_prompt
+def _history_and_request(case: EditCase, settings):
+    """The server's view of ``case``: the user's edit recorded in an edit history as ``didChange``
+    records it, and the request at the cursor after it (the server's modules, imported here: see the
+    module docstring)."""
+    import bisect
+
+    from lsprotocol import types
+
+    from lsp_server import documents, edit_history, positions, request
 
     uri = f"file:///held-out/{case.source.replace(':', '_')}"
+    old = documents.Document(uri, case.before, 0, "python")
+    new = documents.Document(uri, case.edited, 1, "python")
     history = edit_history.EditHistory()
-    edit = case.user_edit
-    history.record(uri, case.before, edit.start, edit.end, edit.text)
-    document = documents.Document(uri, case.edited, 1, "python")
-    return rewrite_prompt.build_rewrite_prompt(document, case.cursor, history, tokenizer, capabilities, region_lines)
+    history.record(old, new, [(case.user_edit.start, case.user_edit.end, case.user_edit.text)])
+    row = bisect.bisect_right(new.lines.starts, case.cursor) - 1
+    position = types.Position(line=row, character=case.cursor - new.lines.starts[row])
+    codec = positions.codec_for(types.PositionEncodingKind.Utf32)  # characters are code points
+    return history, request.resolve_request(new, position, codec, settings)
 
 
-def measure_case(engine, case: EditCase, args: argparse.Namespace, parser) -> dict | None:
-    """Rows ``{mode: {...}}`` for one case, or None when its region holds no follow-up (skipped)."""
-    from decoding.generate import GenerationConfig
+def measure_case(engine, case: EditCase, args: argparse.Namespace, base_settings, parser) -> dict | None:
+    """Rows ``{mode: {...}}`` for one case through the server's rewrite
+    (:func:`lsp_server.completer.rewrite`), or None when its region holds no follow-up (skipped)."""
+    from dataclasses import replace
+
+    from lsp_server import completer
     from lsp_server.syntax import error_count
 
-    prompt = _prompt(case, engine.target.tokenizer, engine.target.capabilities, args.region_lines)
-    if prompt is None:
-        return None
-    expected = case.expected_region(prompt.region_start, prompt.region_end)
-    if expected is None or expected[1] == 0:
-        return None
-    config = GenerationConfig(max_new_tokens=args.max_new_tokens, stop_strings=(prompt.end_marker,))
-    rows, reference = {}, None
+    rows, reference, expected = {}, None, None
     for mode in dict.fromkeys(("none", args.mode)):  # plain first: the reference
+        settings = replace(base_settings, drafter=mode, next_edit_region_lines=args.region_lines,
+                           next_edit_max_new_tokens=args.max_new_tokens)
+        history, request = _history_and_request(case, settings)
         engine.reset_caches()
         started = time.perf_counter()
-        generation = engine.rewrite(prompt.prompt_ids, prompt.draft_ids, config, mode=mode)
+        result = completer.rewrite(engine, request, history)
         latency_ms = 1000 * (time.perf_counter() - started)
-        reference = generation.token_ids if reference is None else reference
-        new_region = generation.text
+        if result is None:
+            return None
+        prompt = result.prompt
+        expected = expected or case.expected_region(prompt.region_start, prompt.region_end)
+        if expected is None or expected[1] == 0:
+            return None
+        new_region = result.text
         if prompt.region_text.endswith("\n") and not new_region.endswith("\n"):
             new_region += "\n"
         document = case.edited[:prompt.region_start] + new_region + case.edited[prompt.region_end:]
-        stats = generation.stats
-        rows[mode] = {"exact": same_region(generation.text, expected[0]), "parses": error_count(parser, document) == 0,
-                      "tokens": stats.new_tokens, "passes": stats.target_passes, "latency_ms": latency_ms,
-                      "identical": generation.token_ids == reference}
+        generation = result.generation
+        reference = generation.token_ids if reference is None else reference
+        rows[mode] = {"exact": same_region(result.text, expected[0]), "parses": error_count(parser, document) == 0,
+                      "tokens": generation.stats.new_tokens, "passes": generation.stats.target_passes,
+                      "latency_ms": latency_ms, "identical": generation.token_ids == reference}
     return rows
 
 
@@ -111,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
     workloads = tuple(dict.fromkeys(args.workloads.split(",")))
     cases = edit_cases(corpus_files(args.corpus), 3 if args.quick else args.cases, args.seed,
                        args.region_lines, workloads)
-    engine = Engine.load(Settings(model=args.model, draft_model=args.draft_model, dtype=args.dtype).engine_config())
+    settings = Settings(model=args.model, draft_model=args.draft_model, dtype=args.dtype)
+    engine = Engine.load(settings.engine_config())
     if engine.notice:
         print(f"speclsp: note: {engine.notice}", file=sys.stderr)
     parser = parser_for("python")
@@ -119,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     for workload, chosen in cases.items():
         measured = []
         for index, case in enumerate(chosen):
-            rows = measure_case(engine, case, args, parser)
+            rows = measure_case(engine, case, args, settings, parser)
             print(f"{workload} {index + 1}/{len(chosen)}: {case.source}{'' if rows else ' (skipped)'}", file=sys.stderr)
             if rows:
                 measured.append(rows)

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from bench.edit_cases import EditCase, Replacement, apply, edit_cases
+from bench.edit_cases import EditCase, Module, Replacement, apply, edit_cases, region_of
 from bench.edits import percentile, same_region
 
 pytestmark = pytest.mark.unit
@@ -97,13 +97,13 @@ def test_add_parameter_passes_the_new_parameter_through_matching_calls_only(tmp_
     ast.parse(case.expected)
 
 
-def test_add_parameter_needs_a_call_within_the_window(tmp_path):
+def test_add_parameter_follows_calls_in_the_region_only(tmp_path):
     source = ADD_PARAMETER_SOURCE.replace("    def size(self):", "\n" * 30 + "    def size(self):")
     assert source != ADD_PARAMETER_SOURCE
     path = write(tmp_path, "far.py", source)
-    (case,) = edit_cases([path], 50, 0, window_lines=20, workloads=("add_parameter",))["add_parameter"]
-    assert len(case.followups) == 2  # the recursive calls; the far ones in size() are out of the window
-    assert edit_cases([path], 50, 0, window_lines=0, workloads=("add_parameter",))["add_parameter"] == []
+    (case,) = edit_cases([path], 50, 0, region_lines=20, workloads=("add_parameter",))["add_parameter"]
+    assert len(case.followups) == 2  # the class no longer fits a region: only the recursive calls are in depth's
+    assert edit_cases([path], 50, 0, region_lines=0, workloads=("add_parameter",))["add_parameter"] == []
 
 
 def test_keyword_cases_rename_the_keyword_in_later_calls_of_the_same_callee(tmp_path):
@@ -159,3 +159,21 @@ def test_bench_edits_is_registered_without_the_next_edit_modules_loaded():
 
     args = build_parser().parse_args(["bench", "edits", "--quick", "--workloads", "rename"])
     assert args.run is edits.run and args.quick and args.corpus == "2026" and args.mode == "auto"
+
+
+def test_region_of_is_the_outermost_definition_that_fits_else_lines_around_the_edit():
+    source = "import os\n\n" + ADD_PARAMETER_SOURCE + "\n" + "x = 1\n" * 40
+    module = Module(source, "t.py")
+    tree_start = source.split("\n").index("class Tree:") + 1
+    assert region_of(module, tree_start + 4, 20) == (tree_start, tree_start + 9)  # the whole class fits
+    assert region_of(module, tree_start + 4, 8) == (tree_start + 1, tree_start + 6)  # only the method does
+    assert region_of(module, 30, 20) == (25, 44)  # outside any definition: a quarter above, the rest below
+    assert region_of(module, 2, 20) == (1, 20)
+
+
+def test_keyword_calls_in_another_function_do_not_follow(tmp_path):
+    body = "".join(f"    step{i}()\n" for i in range(15))
+    source = f"def one(p):\n    p.add(name=1)\n{body}    p.add(name=2)\n\n\ndef two(p):\n    p.add(name=3)\n    return p\n"
+    path = write(tmp_path, "two.py", source)
+    (case,) = edit_cases([path], 50, 0, workloads=("keyword",))["keyword"]
+    assert case.expected == source.replace("name=1", "name_value=1").replace("name=2", "name_value=2")
