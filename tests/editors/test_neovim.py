@@ -13,13 +13,10 @@ import pytest
 
 from tests.conftest import STARTER_OPTIONS
 
-from tests.editors.conftest import require_program
-
 pytestmark = pytest.mark.editors
 
 pynvim = pytest.importorskip("pynvim")
 
-PLUGIN = Path(__file__).resolve().parents[2] / "editors" / "neovim"
 
 SOURCE = '''\
 class Greeter:
@@ -54,22 +51,6 @@ def wait_for(nvim, lua: str, timeout: float = 90.0, interval: float = 0.05):
         time.sleep(interval)
     log = nvim.exec_lua("return require('speclsp').log_lines()")
     raise AssertionError(f"timed out waiting for {lua}; server log tail: {log[-5:]}")
-
-
-@pytest.fixture()
-def nvim(tmp_path):
-    binary = require_program("nvim")
-    editor = pynvim.attach("child", argv=[binary, "--embed", "--headless", "-u", "NONE", "-i", "NONE", "-n"])
-    try:
-        editor.command("set nocompatible noswapfile expandtab shiftwidth=4 tabstop=4")
-        editor.command(f"set runtimepath^={PLUGIN}")
-        yield editor
-    finally:
-        try:
-            editor.exec_lua("for _, c in ipairs(vim.lsp.get_active_clients()) do c.stop(true) end")
-        except Exception:  # noqa: BLE001 - tearing down a possibly dead editor
-            pass
-        editor.close()
 
 
 def setup_plugin(nvim, tmp_path: Path, **settings) -> Path:

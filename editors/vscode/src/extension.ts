@@ -1,6 +1,7 @@
 // speclsp for VS Code: starts `speclsp serve`, shows inline completions (LSP
 // textDocument/inlineCompletion, built into vscode-languageclient 10+), keeps the server's settings
-// in sync and shows model state, latency and acceptance in the status bar.
+// in sync and shows model state, latency and acceptance in the status bar. Next-edit suggestions
+// (`speclsp.nextEdit`, previewed as decorations; accept/dismiss) live in nextEditView.ts.
 
 import * as vscode from "vscode";
 import {
@@ -13,6 +14,7 @@ import {
 } from "vscode-languageclient/node";
 
 import { needsRestart, resolveServerCommand, serverSettings } from "./config";
+import { NextEditPreview } from "./nextEditView";
 import { ServerStatus, statusView } from "./statusText";
 
 const SECTION = "speclsp";
@@ -82,6 +84,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   statusItem.command = "speclsp.showTrace";
   context.subscriptions.push(
     statusItem,
+    new NextEditPreview(() => client),
     vscode.commands.registerCommand("speclsp.showTrace", () => {
       client?.outputChannel.show(true);
     }),

@@ -6,8 +6,14 @@
 -- `textDocument/inlineCompletion` here (debounced, cancelling the previous request), draw ghost text
 -- with extmarks, and accept the whole suggestion, a word or a line. Positions use the client's
 -- offset encoding. `:SpeclspStatus` and `:SpeclspLog` show model state and the latency trace.
+--
+-- Next-edit suggestions (any version): `:SpeclspNextEdit` (or `require("speclsp").next_edit()`) asks
+-- how the region around the cursor should read after the recent edits and previews the answer; in
+-- normal mode `next_edit.accept` applies it and `next_edit.dismiss` drops it (see speclsp.next_edit).
 
 local ghost = require("speclsp.ghost")
+local position = require("speclsp.position")
+local next_edit = require("speclsp.next_edit")
 
 local M = {}
 
@@ -18,6 +24,10 @@ local defaults = {
   debounce_ms = 75, -- quiet time after a keystroke before asking
   keys = { accept = "<Tab>", accept_word = "<C-Right>", accept_line = "<C-Down>", dismiss = "<C-]>" },
   hl_group = "Comment",
+  next_edit = { -- the next-edit preview: normal-mode keys (active only while a preview is shown), highlights
+    accept = "<Tab>", dismiss = "<Esc>",
+    hl_delete = "DiffDelete", hl_add = "DiffAdd", hl_context = "DiffChange",
+  },
   builtin = true, -- use vim.lsp.inline_completion where Neovim has it (0.12+)
   log_lines = 500, -- server log lines kept for :SpeclspLog
   -- A buffer's workspace folder is the nearest directory at or above its file holding one of these
@@ -90,15 +100,6 @@ local function show(bufnr, row, col, text)
   state.stats.shown = state.stats.shown + 1
 end
 
---- Byte column of an LSP position's character on `line`, in the client's offset encoding.
-local function byte_col(line, character, encoding)
-  if encoding == "utf-8" then
-    return math.min(character, #line)
-  end
-  local ok, col = pcall(vim.str_byteindex, line, character, encoding == "utf-16")
-  return ok and col or #line
-end
-
 local function first_item(result)
   if type(result) ~= "table" then
     return nil
@@ -131,7 +132,7 @@ local function on_result(err, result, bufnr, request_id, changedtick, row, col, 
   if item.range and item.range.start.line == row then
     -- A range starting before the cursor replaces what was typed: show only the rest.
     local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ""
-    local start = byte_col(line, item.range.start.character, encoding)
+    local start = position.byte_col(line, item.range.start.character, encoding)
     if start < col then
       local typed = line:sub(start + 1, col)
       if text:sub(1, #typed) ~= typed then
@@ -273,6 +274,29 @@ function M.accept_line()
   return accept_part(ghost.next_line)
 end
 
+-- Next-edit suggestions ----------------------------------------------------------------------
+
+--- Ask for the next edit at the cursor and preview it (replacing any shown or pending one).
+--- Returns whether the request was sent (false: no server attached to the buffer).
+function M.next_edit()
+  local c = client()
+  if not c or not vim.lsp.buf_is_attached(0, c.id) then
+    vim.notify("speclsp: no server attached to this buffer", vim.log.levels.WARN)
+    return false
+  end
+  return next_edit.request(c, state.config.next_edit)
+end
+
+--- Apply the previewed next edit; false when none is shown or the buffer changed since (then dropped).
+function M.accept_next_edit()
+  return next_edit.accept()
+end
+
+--- Drop the next-edit preview and any request for one in flight.
+function M.dismiss_next_edit()
+  next_edit.dismiss()
+end
+
 --- Whether a suggestion is shown (the pre-0.12 path).
 function M.visible()
   return state.suggestion ~= nil
@@ -383,6 +407,7 @@ local function lsp_config(bufnr)
     on_exit = function()
       state.client_id = nil
       state.pending = nil
+      vim.schedule(next_edit.reset) -- on_exit runs in a libuv callback: no buffer API there
     end,
   }
 end
@@ -413,6 +438,21 @@ function M.attach(bufnr)
   end
   if state.client_id and use_builtin() then
     pcall(vim.lsp.inline_completion.enable, true, { bufnr = bufnr })
+  end
+end
+
+local function map_next_edit_keys()
+  local opts = state.config.next_edit
+  for name, fn in pairs({ accept = "accept_next_edit", dismiss = "dismiss_next_edit" }) do
+    local lhs = opts[name]
+    if lhs and lhs ~= "" then
+      vim.keymap.set("n", lhs, function()
+        if next_edit.visible() then
+          return ("<Cmd>lua require('speclsp').%s()<CR>"):format(fn)
+        end
+        return lhs
+      end, { expr = true, desc = "speclsp: " .. name .. " the next edit" })
+    end
   end
 end
 
@@ -453,7 +493,10 @@ function M.setup(opts)
     vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = on_cursor_moved })
     vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, { group = group, callback = function() M.dismiss() end })
   end
+  -- A preview whose buffer changed no longer shows what would be applied.
+  vim.api.nvim_create_autocmd({ "TextChanged", "TextChangedI" }, { group = group, callback = next_edit.check_stale })
   map_keys()
+  map_next_edit_keys()
   vim.api.nvim_create_user_command("SpeclspStatus", function()
     local c = client()
     if c then
@@ -469,6 +512,9 @@ function M.setup(opts)
   vim.api.nvim_create_user_command("SpeclspLog", function()
     open_scratch(#state.log > 0 and state.log or { "(no server log yet)" }, "speclsp://log")
   end, { desc = "speclsp: the server's latency trace" })
+  vim.api.nvim_create_user_command("SpeclspNextEdit", function()
+    M.next_edit()
+  end, { desc = "speclsp: suggest the next edit around the cursor (preview; accept or dismiss)" })
   if vim.api.nvim_get_current_buf() then
     M.attach(vim.api.nvim_get_current_buf())
   end
