@@ -10,9 +10,8 @@ The format belongs to the model:
 
 * a tokenizer with a chat template (the real Qwen2.5-Coder Instruct pair): the template, with a system
   turn (rewrite the region, carrying the edits through), a user turn (the recent edits as unified
-  diffs, the file around the region with the region between ``<region>`` and ``</region>`` lines, the
-  instruction) and the assistant turn pre-filled with ``"```<language>\\n"``: the model writes the
-  code directly and ends it with ``"\\n```"``, the end marker;
+  diffs, the file around the region, the region alone in its own code block, the instruction) and
+  the assistant turn pre-filled with ``"```<language>\\n"``: the model writes the code directly and ends it with ``"\\n```"``, the end marker;
 * a code model without one but with fill-in-the-middle tokens (the starter pair, base code models):
   plain text: the diffs as line comments, the file around the region with the region between
   ``region:`` / ``end of region`` comment lines (words a small model copies reliably), an instruction
@@ -42,10 +41,10 @@ CHAT_END_MARKER = "\n```"
 SYSTEM_PROMPT = ("You are a code editing assistant. The user has just edited a file. You rewrite one region of "
                  "the file so that the user's recent edits are carried through it, and reply with the rewritten "
                  "region only, as code.")
-INSTRUCTION = ("Rewrite the code between <region> and </region> so that the recent edits are carried through it: "
-               "make the same change wherever it applies (a renamed name renamed at every use, a changed "
-               "signature followed at its calls, a changed pattern changed the same way). Change nothing else. "
-               "Reply with the whole rewritten region in one code block, without the <region> lines.")
+INSTRUCTION = ("Rewrite the region so that the recent edits are carried through it: make the same change "
+               "wherever it applies (a renamed name renamed at every use, a changed signature followed at its "
+               "calls, a changed pattern changed the same way). Change nothing else. Reply with the whole "
+               "rewritten region in one code block.")
 _HASH_COMMENT = frozenset({"python", "ruby", "shellscript", "perl", "r", "yaml", "toml", "makefile", "dockerfile",
                            "coffeescript", "elixir", "julia", "nim", "powershell"})
 _DASH_COMMENT = frozenset({"lua", "sql", "haskell", "elm"})
@@ -107,8 +106,10 @@ def _chat_prompt(tokenizer, name: str, language: str, diffs: Sequence[str], befo
     """(prompt ids, end marker) of the chat format: the template rendered around placeholders, the
     document's text tokenised with special tokens split."""
     edits = "\n".join(diffs) if diffs else "(none)"
+    # The region is shown twice, in the file and alone: with markers inside the file (``<region>`` lines)
+    # the real 1.5B copied the markers into its answer.
     user = (f"Recent edits to {name}:\n```diff\n{edits}\n```\n\nThe file around the region:\n```{language}\n"
-            f"{before}<region>\n{region}\n</region>{after}\n```\n\n{INSTRUCTION}")
+            f"{before}{region}{after}\n```\n\nThe region:\n```{language}\n{region}\n```\n\n{INSTRUCTION}")
     placeholder = "\x00USER\x00"
     rendered = tokenizer.apply_chat_template(
         [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": placeholder}],
