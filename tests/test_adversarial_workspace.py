@@ -84,7 +84,9 @@ def build_hostile_workspace(base: Path) -> Path:
     link(ws / "zero.py", "/dev/zero")
     link(ws / "random.py", "/dev/urandom")
     os.mkfifo(ws / "pipe.py")
-    os.mkfifo(ws / "sub/.gitignore")  # read for its patterns: must not block either
+    write(ws / "ignores/kept_out.py", "def unknown_to_the_ignore_rules():\n    pass\n")
+    os.mkfifo(ws / "ignores/.gitignore")  # read for its patterns: must not block; what it ignores is unknown,
+    # so nothing in its directory is indexed
     write(ws / "huge.py", b"x = 1\n" * (HUGE_BYTES // 6))
     write(ws / "blob.py", b"\x89PNG\0\0" + f"{MARKER}_binary".encode())
     write(ws / "latin1.py", f"caf\xe9 = '{MARKER}_undecodable'\n".encode("latin-1"))
@@ -141,7 +143,8 @@ def test_a_hostile_workspace_is_scanned_to_the_end_reading_only_what_it_may(host
     # .env, .env.local, id_rsa, server.pem, notes.txt (-> .env), sub/.env (.aws/ and .ssh/ are not entered)
     assert skipped["secret"] == 6 and skipped["excluded"] == 1 and skipped["large"] == 1
     assert skipped["binary"] == 1 and skipped["undecodable"] == 1
-    assert skipped["special"] >= 4  # FIFO, FIFO .gitignore, directory links (sub/up, alias), the socket
+    assert skipped["special"] >= 4  # FIFO, directory links (sub/up, alias), the socket
+    assert skipped["gitignore-unreadable"] >= 1  # ... the FIFO .gitignore's directory is not indexed
     assert skipped["unreadable"] == 4  # loop_a, loop_b, self_loop, dangling.py
     assert not index.partial and index.tokens <= 100_000
     assert peak < MEMORY_LIMIT_BYTES, f"scanning traced {peak} bytes at its peak"
