@@ -6,30 +6,18 @@ tests/test_real_models.py); tier ``real``: minutes on this CPU.
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.editors.test_neovim import wait_for
+from tests.test_next_edit_real import SOURCE, assert_renamed_at_every_use
 from tests.test_real_models import DRAFT, TARGET, real_dirs  # noqa: F401  (the packs fixture)
 
 pytestmark = pytest.mark.real
 
 pytest.importorskip("pynvim")
-
-SOURCE = '''\
-def summarize(records, limit):
-    """Totals of the first records, by kind."""
-    totals = {}
-    for record in records[:limit]:
-        kind = record["kind"]
-        totals[kind] = totals.get(kind, 0) + record["amount"]
-    if len(records) > limit:
-        totals["rest"] = len(records) - limit
-    return totals
-'''
 
 
 def test_rename_a_parameter_preview_and_accept_renames_it_through_the_function(nvim, tmp_path: Path,
@@ -56,8 +44,4 @@ def test_rename_a_parameter_preview_and_accept_renames_it_through_the_function(n
     nvim.input("<Tab>")
     wait_for(nvim, "require('speclsp.next_edit').last_event() == 'accepted'", timeout=10)
     text = "\n".join(nvim.current.buffer[:]) + "\n"
-    assert re.findall(r"\blimit\b", text) == []
-    # Every line that used the parameter now uses the new name in the same places. The model may also
-    # reword prose (it once wrote "the first 'count' records" in the docstring): that is its choice.
-    renamed_lines = [line.replace("limit", "count") for line in SOURCE.splitlines() if "limit" in line]
-    assert all(line in text.splitlines() for line in renamed_lines), text
+    assert_renamed_at_every_use(text)
