@@ -30,7 +30,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-from bench.lsp import percentile
+from bench.lsp import percentile, start_server
 
 TYPED = "result = compute_total(value, 42)"  # typed one character per keystroke on an empty middle line
 MODEL_STAGES = ("prefill", "draft", "verify")
@@ -61,7 +61,7 @@ class KeystrokeClient:
     async def probe(self) -> float:
         """Round trip of one ``speclsp/status`` request, ms."""
         sent = time.perf_counter()
-        await self.client.protocol.send_request_async("speclsp/status", None)
+        await self.client.protocol.send_request_async("speclsp/status", {})  # params null is refused (JSON-RPC)
         return 1000 * (time.perf_counter() - sent)
 
     def change(self, uri: str, line: int, character: int, text: str) -> None:
@@ -106,33 +106,10 @@ class KeystrokeClient:
         return open_ms, samples
 
 
-async def start_server(args: argparse.Namespace, trace_path: Path) -> LanguageClient:
-    """The real server over stdio, initialized, models loaded (the index off)."""
-    client = LanguageClient("speclsp-bench-keystrokes", "1")
-    await client.start_io(sys.executable, "-m", "lsp_server.cli", "serve")
-    ready = asyncio.Event()
-
-    @client.feature("speclsp/status")
-    def on_status(params) -> None:  # the server's status notifications: not measured here
-        pass
-
-    @client.feature(types.WINDOW_LOG_MESSAGE)
-    def on_log(params: types.LogMessageParams) -> None:
-        if "models ready" in params.message or "model loading failed" in params.message:
-            ready.set()
-
-    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(), initialization_options={
-        "model": args.model, "draftModel": args.draft_model, "drafter": args.drafter,
-        "maxNewTokens": args.max_new_tokens, "traceFile": str(trace_path), "indexEnabled": False}))
-    client.initialized(types.InitializedParams())
-    await asyncio.wait_for(ready.wait(), timeout=300)
-    return client
-
-
 async def run_keystrokes(args: argparse.Namespace) -> dict:
     """Figures per document size (see the module docstring)."""
     trace_path = Path(tempfile.mkdtemp(prefix="speclsp-bench-")) / "trace.jsonl"
-    client = await start_server(args, trace_path)
+    client = await start_server(args, trace_path, "speclsp-bench-keystrokes")
     bench = KeystrokeClient(client)
     measured = []
     for size in args.document_sizes:

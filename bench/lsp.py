@@ -134,10 +134,10 @@ class Typist:
             text_document=types.TextDocumentIdentifier(uri=uri)))
 
 
-async def run_bench(args: argparse.Namespace) -> dict:
-    trace_dir = Path(tempfile.mkdtemp(prefix="speclsp-bench-"))
-    trace_path = trace_dir / "trace.jsonl"
-    client = LanguageClient("speclsp-bench", "1")
+async def start_server(args: argparse.Namespace, trace_path: Path, name: str) -> LanguageClient:
+    """The real server over stdio as client ``name``, initialized with ``args``' models, drafter and
+    token cap, its trace to ``trace_path``, the index off; returns once the models are loaded."""
+    client = LanguageClient(name, "1")
     await client.start_io(sys.executable, "-m", "lsp_server.cli", "serve")
     ready = asyncio.Event()
 
@@ -150,13 +150,18 @@ async def run_bench(args: argparse.Namespace) -> dict:
         if "models ready" in params.message or "model loading failed" in params.message:
             ready.set()
 
-    await client.initialize_async(types.InitializeParams(
-        capabilities=types.ClientCapabilities(), initialization_options={
-            "model": args.model, "draftModel": args.draft_model,
-            "drafter": args.drafter, "maxNewTokens": args.max_new_tokens, "traceFile": str(trace_path),
-            "indexEnabled": False}))
+    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(), initialization_options={
+        "model": args.model, "draftModel": args.draft_model, "drafter": args.drafter,
+        "maxNewTokens": args.max_new_tokens, "traceFile": str(trace_path), "indexEnabled": False}))
     client.initialized(types.InitializedParams())
     await asyncio.wait_for(ready.wait(), timeout=300)
+    return client
+
+
+async def run_bench(args: argparse.Namespace) -> dict:
+    trace_dir = Path(tempfile.mkdtemp(prefix="speclsp-bench-"))
+    trace_path = trace_dir / "trace.jsonl"
+    client = await start_server(args, trace_path, "speclsp-bench")
     rng = random.Random(args.seed)
     typist = Typist(client, rng)
     functions = pick_functions(args.functions, args.seed)
