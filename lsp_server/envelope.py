@@ -8,7 +8,7 @@ Checks (JSON-RPC 2.0, "Request object" and "Batch"; LSP 3.17, "Base Protocol" an
   id, and an empty batch one InvalidRequest with id null;
 * a message is an object with ``"jsonrpc": "2.0"``; a request's id is a string or an integer (not a
   boolean, fraction, null, object or array); ``method`` is a string; ``params``, when present, is an
-  object or an array; an LSP notification method (``textDocument/didOpen``...) is not sent with an id.
+  object or an array (``null`` is read as absent: pygls' client sends it for ``shutdown``); an LSP notification method (``textDocument/didOpen``...) is not sent with an id.
   A broken request is answered InvalidRequest with its id, or id null when the id itself is what is
   broken; JSON-RPC never answers notifications, so broken ones are only logged;
 * lifecycle (:class:`Lifecycle`): before ``initialize``, requests get ServerNotInitialized (-32002) and
@@ -109,7 +109,7 @@ def check_message(data: object) -> list[Rejection]:
         problem = f'"jsonrpc" must be "2.0", got {json.dumps(data.get("jsonrpc"))[:40]}'
     elif not isinstance(method, str):
         problem = f"the method must be a string, got {json.dumps(method)[:40]}"
-    elif "params" in data and not isinstance(data["params"], dict | list):
+    elif data.get("params") is not None and not isinstance(data["params"], dict | list):
         problem = f"params must be an object or an array, got {type(data['params']).__name__}"
     elif has_id and method in NOTIFICATION_METHODS:
         problem = f"{method} is a notification: send it without an id"

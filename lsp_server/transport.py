@@ -155,8 +155,8 @@ class StdioTransport:
         """Structure ``data`` and hand it to pygls; notes lifecycle changes."""
         from lsp_server.server import ANSWERED
 
-        if "method" in data and "params" not in data:
-            data = {**data, "params": None}  # JSON-RPC lets params be left out; pygls' generic types need them
+        if "method" in data and data.get("params") is None:
+            data = {**data, "params": None}  # left out or null; pygls' generic types need the key
         try:
             message = self.protocol.structure_message(data)
         except JsonRpcException as exc:  # a notification whose params do not fit (requests are answered)

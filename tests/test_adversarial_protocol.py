@@ -199,6 +199,19 @@ def test_before_initialize_and_after_shutdown():
         peer.close()
 
 
+def test_shutdown_and_exit_with_params_null_end_with_code_0():
+    """pygls' own client sends ``"params": null`` for shutdown and exit: read as no params."""
+    peer = RawServer()
+    try:
+        assert "result" in peer.initialize()
+        peer.send({"jsonrpc": "2.0", "id": 99, "method": "shutdown", "params": None})
+        assert peer.response(99) == {"jsonrpc": "2.0", "id": 99, "result": None}
+        peer.send({"jsonrpc": "2.0", "method": "exit", "params": None})
+        assert peer.wait_exit() == 0
+    finally:
+        peer.close()
+
+
 def test_exit_before_initialize_is_code_1():
     peer = RawServer()
     try:

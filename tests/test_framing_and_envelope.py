@@ -100,6 +100,8 @@ def test_parse_errors():
     ({"jsonrpc": "2.0", "id": 2.5, "method": "m"}, [(-32600, None, True)]),
     ({"jsonrpc": "2.0", "id": 6, "method": 6}, [(-32600, 6, True)]),
     ({"jsonrpc": "2.0", "id": 7, "method": "m", "params": 1}, [(-32600, 7, True)]),
+    ({"jsonrpc": "2.0", "id": 11, "method": "shutdown", "params": None}, []),  # pygls' client sends it
+    ({"jsonrpc": "2.0", "method": "exit", "params": None}, []),
     ({"jsonrpc": "2.0", "id": 8, "method": "textDocument/didOpen"}, [(-32600, 8, True)]),
     ({"jsonrpc": "2.0", "id": 9}, [(-32600, 9, True)]),
     ({"jsonrpc": "1.0", "id": 10, "result": 1}, [(-32600, None, False)]),
