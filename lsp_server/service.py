@@ -13,6 +13,9 @@ Both ``textDocument/inlineCompletion`` and ``textDocument/completion`` come thro
 * an automatic request with the cursor in leading whitespace and code right of it gets ``None``
   without a model call (the user is indenting, docs/cases.md L7);
 * typing the start of the completion just answered gets the rest of it at once (type-through cache);
+* an inline completion request on a document whose last next-edit suggestion changes only its cursor's
+  line at or after the cursor gets that suggestion as the item (a range from the cursor), without a
+  model call;
 * every request is logged with its id, per-stage milliseconds and acceptance counts.
 
 Next-edit suggestions (:meth:`CompletionService.next_edit`) go the same way (resolution, cancellation,
@@ -45,6 +48,7 @@ from lsp_server.request import CompletionRequest, resolve_request
 from lsp_server.rewrite_prompt import NextEditUnsupported
 from lsp_server.settings import Settings
 from lsp_server.syntax import parser_for
+from lsp_server.text_edits import inline_replacement
 from lsp_server.tracing import RpcClock, Tracer
 from lsp_server.type_through import TypeThroughCache
 from lsp_server.worker import READY, ModelWorker
@@ -99,6 +103,7 @@ class CompletionService:
         self.sources = DraftSources(defer_cold_parts=True)  # model thread only
         self._secret_logged: set[str] = set()  # secret-looking documents already reported
         self.history = EditHistories()  # recent edits per document, for next-edit suggestions
+        self._next_edits: dict[str, NextEdit] = {}  # uri -> its last finished suggestion with edits
 
     def _on_model_thread(self, fn: Callable[..., object], *args) -> None:
         """Run ``fn(engine, *args)`` on the model thread when the models are ready (else there is
@@ -126,6 +131,7 @@ class CompletionService:
         self.type_through.forget(uri)
         self._sync_explained.pop(uri, None)
         self.history.forget(uri)
+        self._next_edits.pop(uri, None)
         self._on_model_thread(self.sources.document_closed, uri)
 
     def file_changed(self, uri: str) -> None:
@@ -216,6 +222,10 @@ class CompletionService:
             self._explain_out_of_sync(request.document)
             log(status="document out of sync; reopen it")
             return None
+        if method == "inlineCompletion" and (answer := self._next_edit_inline(request)) is not None:
+            _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request.request_id, method, uri,
+                          position, status="next-edit suggestion")
+            return answer
         rest = self.type_through.lookup(uri, request.document.text, request.offset)
         if rest is not None:
             _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request.request_id, method, uri,
@@ -240,6 +250,20 @@ class CompletionService:
             return None
         self.type_through.remember(uri, request.document.text, request.offset, completion.insert_text)
         return self._answer(request, completion.insert_text, completion.prompt.cursor_offset, completion)
+
+    def _next_edit_inline(self, request: CompletionRequest) -> Answer | None:
+        """The document's last next-edit suggestion as an inline answer, when the document is unchanged
+        since and the whole change lies on the cursor's line at or after the cursor."""
+        known = self._next_edits.get(request.uri)
+        if known is None or known.document.text != request.document.text:
+            return None
+        replacement = inline_replacement(request.document.text, known.rewrite.edits, request.offset)
+        if replacement is None:
+            return None
+        start, end, new_text = replacement
+        codec, lines = codec_for(self.position_encoding), request.document.lines
+        return Answer(new_text, types.Range(start=lines.position_at(start, codec), end=lines.position_at(end, codec)),
+                      None)
 
     async def _generate(self, request: CompletionRequest, log, work: Callable[[object], T]) -> tuple[float, T | None]:
         """Run ``work(engine)`` on the model thread: (ms queued, its result or ``None`` when the request
@@ -306,7 +330,12 @@ class CompletionService:
         handler_ms = 1000 * (time.perf_counter() - started)
         _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request.request_id, method, uri,
                       position, status=status, queue_ms=wait_ms, completion=result)
-        return NextEdit(request.document, result, handler_ms) if result.finished else None
+        if not result.finished:
+            return None
+        answer = NextEdit(request.document, result, handler_ms)
+        if result.edits:
+            self._next_edits[uri] = answer
+        return answer
 
 
 @dataclass(frozen=True)

@@ -83,3 +83,27 @@ def to_text_edits(edits: list[Replacement], lines: LineIndex, codec: PositionCod
     """LSP ``TextEdit`` s of ``edits`` (code points into ``lines.text``), in ``codec``'s units."""
     return [types.TextEdit(range=types.Range(start=lines.position_at(start, codec), end=lines.position_at(end, codec)),
                            new_text=text) for start, end, text in edits]
+
+
+def inline_replacement(text: str, edits: list[Replacement], cursor: int) -> Replacement | None:
+    """The edits as one replacement from the cursor on, when the whole change is at or after the cursor on
+    its line (what an inline completion item can show: ghost text that replaces ``text[cursor:end]``).
+
+    Args:
+        text: the document the edits apply to.
+        edits: non-overlapping, in order (as :func:`minimal_edits` gives them).
+        cursor: code-point offset into ``text``.
+    Returns:
+        ``(cursor, end, new_text)``, or ``None`` when there are no edits or one starts before the cursor
+        or reaches past the cursor's line (inserted text may span lines).
+    """
+    if not edits or not 0 <= cursor <= len(text):
+        return None
+    line_end = text.find("\n", cursor)
+    line_end = len(text) if line_end < 0 else line_end
+    if text[line_end - 1:line_end] == "\r":
+        line_end -= 1
+    if edits[0][0] < cursor or edits[-1][1] > line_end:
+        return None
+    end = edits[-1][1]
+    return cursor, end, apply_edits(text[cursor:end], [(s - cursor, e - cursor, new) for s, e, new in edits])

@@ -1,7 +1,9 @@
 """``textDocument/inlineCompletion`` (LSP 3.18): ghost text at the cursor.
 
 Answers one item that always carries a ``range`` (an empty range at the cursor, in the negotiated
-position encoding, docs/cases.md L5), or an empty list when there is nothing to offer.
+position encoding, docs/cases.md L5), or an empty list when there is nothing to offer. The range is
+empty, except for a next-edit suggestion on the cursor's line, whose range runs from the cursor over
+the text it replaces (:meth:`lsp_server.service.CompletionService.complete`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ with canned edits, so a plugin's preview/accept/dismiss can be driven without mo
 n-th answer (the last one repeats): ``null`` or ``{"edits": [...], "range": ..., "text": ...}``, to which
 the stub adds ``version`` (the document's version as the client last reported it) and ``stats``. With
 ``delay_s`` each answer waits that long, and a ``$/cancelRequest`` for it in the meantime gets the
-RequestCancelled error instead. Every message received is appended to ``LOG.jsonl``, with the
+RequestCancelled error instead. ``"inline"`` (optional): the item every ``textDocument/inlineCompletion``
+gets (``{"items": [ITEM]}``; without it, no items). Every message received is appended to ``LOG.jsonl``, with the
 document's text after each change, so a test can see what the client sent.
 """
 
@@ -23,6 +24,7 @@ REQUEST_CANCELLED = -32800
 class Stub:
     def __init__(self, script: dict, log_path: str):
         self.answers = script["answers"]
+        self.inline = script.get("inline")
         self.delay_s = float(script.get("delay_s", 0))
         self.log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - open for the process's life
         self.documents: dict[str, dict] = {}  # uri -> {"text", "version"}
@@ -83,6 +85,8 @@ class Stub:
             self.cancelled.add(message["params"]["id"])
         elif method == "speclsp/nextEdit":
             self.next_edit(message)
+        elif method == "textDocument/inlineCompletion":
+            self.send({"id": message["id"], "result": {"items": [self.inline] if self.inline else []}})
         elif method == "shutdown":
             self.send({"id": message["id"], "result": None})
         elif method == "exit":

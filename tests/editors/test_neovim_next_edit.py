@@ -61,10 +61,10 @@ ANSWER = {"edits": rename_edits(EDITED), "range": {"start": {"line": 0, "charact
 class Session:
     """A Neovim with the plugin started on the stub server and ``EDITED`` open."""
 
-    def __init__(self, nvim, tmp_path: Path, answers: list, delay_s: float = 0.0):
+    def __init__(self, nvim, tmp_path: Path, answers: list, delay_s: float = 0.0, inline: dict | None = None):
         self.nvim, self.log_path = nvim, tmp_path / "stub.jsonl"
         script = tmp_path / "script.json"
-        script.write_text(json.dumps({"answers": answers, "delay_s": delay_s}))
+        script.write_text(json.dumps({"answers": answers, "delay_s": delay_s, "inline": inline}))
         path = tmp_path / "area.py"
         path.write_text(EDITED, encoding="utf-8")
         nvim.exec_lua("require('speclsp').setup({ cmd = ... })",
@@ -204,3 +204,28 @@ def test_a_new_request_cancels_the_one_in_flight(nvim, tmp_path):
     nvim.exec_lua("require('speclsp').accept_next_edit()")
     assert "\n".join(session.lines()) + "\n" == EXPECTED
 
+
+
+def test_an_inline_item_replacing_text_right_of_the_cursor_marks_it_and_accept_replaces_it(nvim, tmp_path):
+    """A next-edit suggestion on the cursor's line comes as an inline item whose range ends right of the
+    cursor: the ghost text shows the new text, the text it replaces is marked, and accepting replaces it."""
+    row = 2
+    line = EDITED.split("\n")[row]
+    start = line.find(OLD)
+    character = utf16_units(line[:start])
+    item = {"insertText": NEW, "range": {"start": {"line": row, "character": character},
+                                         "end": {"line": row, "character": character + len(OLD)}}}
+    session = Session(nvim, tmp_path, [None], inline=item)
+    nvim.api.win_set_cursor(0, (row + 1, len(line[:start].encode())))
+    nvim.input("i")
+    wait_for(nvim, "require('speclsp').suggestion()", timeout=30)
+    assert nvim.exec_lua("return require('speclsp').suggestion()") == NEW
+    marks = nvim.exec_lua(
+        "return vim.api.nvim_buf_get_extmarks(0, require('speclsp.ghost').ns, 0, -1, { details = true })")
+    replaced = [m for m in marks if m[3].get("hl_group") == "DiffDelete"]
+    col = len(line[:start].encode())
+    assert [(m[1], m[2], m[3]["end_col"]) for m in replaced] == [(row, col, col + len(OLD))]
+    nvim.input("<Tab>")
+    wait_for(nvim, "not require('speclsp').visible()", timeout=10)
+    assert session.lines()[row] == line[:start] + NEW + line[start + len(OLD):]
+    assert session.lines()[:row] == EDITED.split("\n")[:row]

@@ -17,11 +17,17 @@ local function display(text, tabstop)
 end
 
 --- Draw `text` as ghost text at (row, col) of `bufnr`; row 0-based, col in bytes. Clears the old one.
-function M.show(bufnr, row, col, text, hl_group)
+--- `replace` (bytes, default 0): the text right of the cursor that accepting replaces, marked with
+--- `replaced_hl_group`.
+function M.show(bufnr, row, col, text, hl_group, replace, replaced_hl_group)
   M.clear(bufnr)
+  if replace and replace > 0 then
+    vim.api.nvim_buf_set_extmark(bufnr, M.ns, row, col, { end_row = row, end_col = col + replace,
+                                                          hl_group = replaced_hl_group or "DiffDelete" })
+  end
   local lines = vim.split(text, "\n", { plain = true })
   local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ""
-  local right = line:sub(col + 1)
+  local right = line:sub(col + (replace or 0) + 1) -- drawn after an overlay: the line as accepting leaves it
   local tabstop = vim.bo[bufnr].tabstop
   local opts = { hl_mode = "combine", priority = 200 }
   if has_inline then
@@ -71,10 +77,11 @@ function M.next_line(text)
   return text:match("^(\n[^\n]*)") or text
 end
 
---- Insert `text` at (row, col) and put the cursor after it. Returns the new (row, col).
-function M.insert(bufnr, row, col, text)
+--- Insert `text` at (row, col), replacing `replace` bytes there (default 0), and put the cursor after it.
+--- Returns the new (row, col).
+function M.insert(bufnr, row, col, text, replace)
   local lines = vim.split(text, "\n", { plain = true })
-  vim.api.nvim_buf_set_text(bufnr, row, col, row, col, lines)
+  vim.api.nvim_buf_set_text(bufnr, row, col, row, col + (replace or 0), lines)
   local end_row = row + #lines - 1
   local end_col = (#lines == 1) and (col + #lines[1]) or #lines[#lines]
   return end_row, end_col

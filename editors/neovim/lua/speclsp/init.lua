@@ -24,6 +24,7 @@ local defaults = {
   debounce_ms = 75, -- quiet time after a keystroke before asking
   keys = { accept = "<Tab>", accept_word = "<C-Right>", accept_line = "<C-Down>", dismiss = "<C-]>" },
   hl_group = "Comment",
+  replaced_hl_group = "DiffDelete", -- text right of the cursor that a suggestion replaces
   next_edit = { -- the next-edit preview: normal-mode keys (active only while a preview is shown), highlights
     accept = "<Tab>", dismiss = "<Esc>",
     hl_delete = "DiffDelete", hl_add = "DiffAdd", hl_context = "DiffChange",
@@ -90,13 +91,16 @@ function M.dismiss()
   end
 end
 
-local function show(bufnr, row, col, text)
+-- `replace`: bytes right of the cursor that accepting replaces (an item whose range ends past the
+-- cursor, e.g. a next-edit suggestion on the cursor's line); 0 for a plain insertion.
+local function show(bufnr, row, col, text, replace)
   if text == "" then
     return
   end
-  state.suggestion = { bufnr = bufnr, row = row, col = col, text = text,
+  replace = replace or 0
+  state.suggestion = { bufnr = bufnr, row = row, col = col, text = text, replace = replace,
                        changedtick = vim.api.nvim_buf_get_changedtick(bufnr) }
-  ghost.show(bufnr, row, col, text, state.config.hl_group)
+  ghost.show(bufnr, row, col, text, state.config.hl_group, replace, state.config.replaced_hl_group)
   state.stats.shown = state.stats.shown + 1
 end
 
@@ -129,6 +133,7 @@ local function on_result(err, result, bufnr, request_id, changedtick, row, col, 
   if type(text) ~= "string" then
     return
   end
+  local replace = 0
   if item.range and item.range.start.line == row then
     -- A range starting before the cursor replaces what was typed: show only the rest.
     local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ""
@@ -140,8 +145,12 @@ local function on_result(err, result, bufnr, request_id, changedtick, row, col, 
       end
       text = text:sub(#typed + 1)
     end
+    -- A range ending right of the cursor on its line replaces that text when accepted.
+    if item.range["end"].line == row then
+      replace = math.max(0, position.byte_col(line, item.range["end"].character, encoding) - col)
+    end
   end
-  show(bufnr, row, col, text)
+  show(bufnr, row, col, text, replace)
 end
 
 --- Ask the server for a completion at the cursor now (cancelling any request in flight).
@@ -194,7 +203,7 @@ local function on_text_changed()
     if cursor[1] - 1 == s.row and cursor[2] > s.col then
       local typed = line:sub(s.col + 1, cursor[2])
       if s.text:sub(1, #typed) == typed and #typed < #s.text then
-        show(bufnr, s.row, cursor[2], s.text:sub(#typed + 1))
+        show(bufnr, s.row, cursor[2], s.text:sub(#typed + 1), s.replace)
         return
       end
     end
@@ -227,11 +236,13 @@ local function accept_part(take)
   local rest = s.text:sub(#part + 1)
   ghost.clear(s.bufnr)
   state.suggestion = nil
-  local row, col = ghost.insert(s.bufnr, s.row, s.col, part)
+  -- The replaced text goes with the last part (until then it stays right of the cursor).
+  local replace = rest == "" and s.replace or 0
+  local row, col = ghost.insert(s.bufnr, s.row, s.col, part, replace)
   vim.api.nvim_win_set_cursor(0, { row + 1, col })
   state.stats.accepted = state.stats.accepted + 1
   if rest ~= "" then
-    show(s.bufnr, row, col, rest)
+    show(s.bufnr, row, col, rest, s.replace)
   end
   return true
 end
