@@ -264,7 +264,8 @@ def keyword_cases(module: Module, region_lines: int) -> Iterator[EditCase]:
 def edit_cases(paths: list[Path], per_workload: int, seed: int, region_lines: int = 20,
                workloads: tuple[str, ...] = WORKLOADS) -> dict[str, list[EditCase]]:
     """Up to ``per_workload`` cases of each workload from the files ``paths`` (those that parse), drawn
-    with ``seed``; the same arguments give the same cases.
+    with ``seed``; the same arguments give the same cases, and a workload's cases are the same whichever
+    other workloads are asked for.
 
     Raises:
         ValueError: an unknown workload.
@@ -272,7 +273,7 @@ def edit_cases(paths: list[Path], per_workload: int, seed: int, region_lines: in
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:
         raise ValueError(f"unknown workloads {unknown}; use {', '.join(WORKLOADS)}")
-    rng = random.Random(seed)
+    rngs = {w: random.Random(f"{seed}:{w}") for w in workloads}  # a workload's cases do not depend on the others
     found: dict[str, list[EditCase]] = {w: [] for w in workloads}
     for path in paths:
         texts = read_texts([path])
@@ -284,9 +285,9 @@ def edit_cases(paths: list[Path], per_workload: int, seed: int, region_lines: in
             continue
         for workload in workloads:
             if workload == "rename":
-                found[workload].extend(rename_cases(module, rng, region_lines))
+                found[workload].extend(rename_cases(module, rngs[workload], region_lines))
             elif workload == "add_parameter":
                 found[workload].extend(add_parameter_cases(module, region_lines))
             else:
                 found[workload].extend(keyword_cases(module, region_lines))
-    return {w: rng.sample(cases, min(per_workload, len(cases))) for w, cases in found.items()}
+    return {w: rngs[w].sample(cases, min(per_workload, len(cases))) for w, cases in found.items()}

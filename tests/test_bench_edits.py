@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from bench.edit_cases import EditCase, Module, Replacement, apply, edit_cases, region_of
-from bench.edits import percentile, same_region
+from bench.edits import percentile, same_region, summarise
 
 pytestmark = pytest.mark.unit
 
@@ -144,8 +144,30 @@ def test_apply_refuses_overlapping_replacements_and_cases_are_deterministic(tmp_
     paths = [write(tmp_path, "scale.py", RENAME_SOURCE), write(tmp_path, "tree.py", ADD_PARAMETER_SOURCE),
              write(tmp_path, "broken.py", "def f(:\n")]
     assert edit_cases(paths, 5, 3) == edit_cases(paths, 5, 3)
+
+
+def test_a_workloads_cases_do_not_depend_on_the_other_workloads_asked_for(tmp_path):
+    paths = [write(tmp_path, f"m{n}.py", RENAME_SOURCE.replace("scale", f"scale{n}") +
+                   ADD_PARAMETER_SOURCE.replace("Tree", f"Tree{n}")) for n in range(6)]
+    for seed in range(4):
+        both = edit_cases(paths, 2, seed, workloads=("rename", "add_parameter"))
+        assert both["rename"] == edit_cases(paths, 2, seed, workloads=("rename",))["rename"]
+        assert both["add_parameter"] == edit_cases(paths, 2, seed, workloads=("add_parameter",))["add_parameter"]
     with pytest.raises(ValueError, match="unknown workloads"):
         edit_cases(paths, 5, 0, workloads=("rename", "reformat"))
+
+
+def test_summarise_separates_the_prefill_from_the_speedup():
+    def row(latency_ms, prefill_ms, tokens, passes):
+        return {"exact": True, "parses": True, "tokens": tokens, "passes": passes, "latency_ms": latency_ms,
+                "prefill_ms": prefill_ms, "prompt_tokens": 1000, "identical": True}
+
+    plain = [row(50_000, 10_000, 100, 100), row(30_000, 10_000, 60, 60)]
+    spec = [row(15_000, 10_000, 100, 10), row(14_000, 10_000, 60, 8)]
+    summary = summarise(spec, plain)
+    assert summary["speedup"] == round(80_000 / 29_000, 2)
+    assert summary["speedup_after_prefill"] == round(60_000 / 9_000, 2)
+    assert summary["tokens_per_pass"] == round(160 / 18, 2) and summary["prefill_ms_p50"] == 10_000
 
 
 def test_report_helpers():
