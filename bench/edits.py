@@ -18,7 +18,8 @@ breaks aside), the share after which the document parses (tree-sitter), tokens p
 speedup over plain greedy on the same prompts (total plain ms / total ms), p50/p95 latency (ms), and
 whether every drafted output equals plain greedy token for token (a verify pass runs other matmul
 shapes than one-token decoding, so a genuine near-tie of the top two logits can part them: see
-docs/cases.md D7 and tests/greedy_check.py). A measurement command, not a test.
+docs/cases.md D7); where one parts, the token and the target's top-2 logit gap there
+(:mod:`bench.near_ties`), in the progress lines and the JSON. A measurement command, not a test.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def measure_case(engine, case: EditCase, args: argparse.Namespace, base_settings
     (:func:`lsp_server.completer.rewrite`), or None when its region holds no follow-up (skipped)."""
     from dataclasses import replace
 
+    from bench.near_ties import parting
     from lsp_server import completer
     from lsp_server.syntax import error_count
 
@@ -94,13 +96,25 @@ def measure_case(engine, case: EditCase, args: argparse.Namespace, base_settings
             new_region += "\n"
         document = case.edited[:prompt.region_start] + new_region + case.edited[prompt.region_end:]
         generation = result.generation
+        parted = None if reference is None else parting(engine.target.model, prompt.prompt_ids, reference,
+                                                        generation.token_ids)
         reference = generation.token_ids if reference is None else reference
         rows[mode] = {"exact": same_region(result.text, expected[0]), "parses": error_count(parser, document) == 0,
                       "tokens": generation.stats.new_tokens, "passes": generation.stats.target_passes,
                       "latency_ms": latency_ms, "prefill_ms": generation.stats.ms["prefill"],
                       "prompt_tokens": generation.stats.prefill_computed + generation.stats.prefill_reused,
-                      "identical": generation.token_ids == reference}
+                      "identical": generation.token_ids == reference, "parted": parted}
     return rows
+
+
+def describe_parting(parted: dict | None) -> str:
+    """How a drafted output parted from plain greedy, for the progress line (``""`` when it did not)."""
+    if parted is None:
+        return ""
+    if parted["top2_gap"] is None:
+        return f"; parted from plain greedy at token {parted['token']}: one output stops earlier"
+    return (f"; parted from plain greedy at token {parted['token']}: top-2 logit gap {parted['top2_gap']:.3g} "
+            f"({parted['top2_gap'] / parted['logit_step']:.1f} steps of the logits' dtype)")
 
 
 def summarise(rows: list[dict], plain: list[dict]) -> dict:
@@ -120,6 +134,7 @@ def summarise(rows: list[dict], plain: list[dict]) -> dict:
         "latency_ms_p50": round(percentile(latencies, 50), 1),
         "latency_ms_p95": round(percentile(latencies, 95), 1),
         "identical_to_plain": all(r["identical"] for r in rows),
+        "parted": [r["parted"] for r in rows if r["parted"] is not None],
     }
 
 
@@ -143,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
         measured = []
         for index, case in enumerate(chosen):
             rows = measure_case(engine, case, args, settings, parser)
-            print(f"{workload} {index + 1}/{len(chosen)}: {case.source}{'' if rows else ' (skipped)'}", file=sys.stderr)
+            print(f"{workload} {index + 1}/{len(chosen)}: {case.source}{'' if rows else ' (skipped)'}"
+                  f"{describe_parting(rows[args.mode]['parted']) if rows else ''}", file=sys.stderr)
             if rows:
                 measured.append(rows)
         skipped[workload] = len(chosen) - len(measured)

@@ -7,21 +7,7 @@ computed afresh over the common prefix, are within ``eps``; any other mismatch f
 
 from __future__ import annotations
 
-import torch
-
-
-def first_mismatch(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-@torch.no_grad()
-def top2_gap(model, token_ids: list[int]) -> float:
-    logits = model(input_ids=torch.tensor([token_ids], device=model.device)).logits[0, -1].float()
-    top = torch.topk(logits, 2).values
-    return float(top[0] - top[1])
+from bench.near_ties import first_mismatch, top2_gap
 
 
 def assert_greedy_equal(model, prompt: list[int], got: list[int], expected: list[int], eps: float = 1e-4) -> None:

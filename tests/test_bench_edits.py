@@ -160,7 +160,7 @@ def test_a_workloads_cases_do_not_depend_on_the_other_workloads_asked_for(tmp_pa
 def test_summarise_separates_the_prefill_from_the_speedup():
     def row(latency_ms, prefill_ms, tokens, passes):
         return {"exact": True, "parses": True, "tokens": tokens, "passes": passes, "latency_ms": latency_ms,
-                "prefill_ms": prefill_ms, "prompt_tokens": 1000, "identical": True}
+                "prefill_ms": prefill_ms, "prompt_tokens": 1000, "identical": True, "parted": None}
 
     plain = [row(50_000, 10_000, 100, 100), row(30_000, 10_000, 60, 60)]
     spec = [row(15_000, 10_000, 100, 10), row(14_000, 10_000, 60, 8)]
@@ -199,3 +199,4 @@ def test_keyword_calls_in_another_function_do_not_follow(tmp_path):
     path = write(tmp_path, "two.py", source)
     (case,) = edit_cases([path], 50, 0, workloads=("keyword",))["keyword"]
     assert case.expected == source.replace("name=1", "name_value=1").replace("name=2", "name_value=2")
+

@@ -103,3 +103,22 @@ def test_draft_confidence_stop_shortens_drafts_and_keeps_greedy_exact(target_mod
     plain = generator.generate(prompt, None, config)
     spec = generator.generate(prompt, ModelDrafter(random_draft_model, target_model.config.vocab_size), config)
     assert_greedy_equal(target_model, prompt, spec.token_ids, plain.token_ids)
+
+
+def test_parting_reports_the_first_difference_and_the_top2_gap_there():
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from bench.edits import describe_parting
+    from bench.near_ties import logit_step, parting, top2_gap, top2_logits
+    from decoding.starter import TARGET_DIR
+
+    model = AutoModelForCausalLM.from_pretrained(TARGET_DIR, local_files_only=True)
+    prompt = [5, 6, 7]
+    assert parting(model, prompt, [1, 2, 3], [1, 2, 3]) is None
+    assert parting(model, prompt, [1, 2, 3], [1, 2]) == {"token": 2, "top2_gap": None, "logit_step": None}
+    found = parting(model, prompt, [1, 2, 3], [1, 9, 3])
+    assert found["token"] == 1 and found["top2_gap"] == pytest.approx(top2_gap(model, prompt + [1]))
+    assert found["logit_step"] == logit_step(top2_logits(model, prompt + [1])[0], model.dtype)
+    assert "at token 1: top-2 logit gap" in describe_parting(found) and describe_parting(None) == ""
+    assert logit_step(20.0, torch.bfloat16) == 0.125 and logit_step(1.0, torch.float32) == 2.0 ** -23
