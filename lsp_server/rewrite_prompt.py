@@ -35,8 +35,9 @@ from lsp_server.documents import Document
 from lsp_server.positions import to_model_text
 from lsp_server.syntax import enclosing_definitions
 
-CONTEXT_BEFORE_CHARS = 3000  # file text shown before the region, at most (model text, whole lines)
-CONTEXT_AFTER_CHARS = 1000  # and after it
+CONTEXT_BEFORE_CHARS = 1500  # file text shown before the region, at most (model text, whole lines); its prefill
+# is most of a suggestion's time on a CPU
+CONTEXT_AFTER_CHARS = 500  # and after it
 CHAT_END_MARKER = "\n```"
 SYSTEM_PROMPT = ("You are a code editing assistant. The user has just edited a file. You rewrite one region of "
                  "the file so that the user's recent edits are carried through it, and reply with the rewritten "
