@@ -1,13 +1,17 @@
 """``speclsp bench decode``: our decoding paths against transformers ``generate``, per workload.
 
-Workloads, built at run time from held-out standard-library files (code nobody here wrote;
-:mod:`bench.workloads`):
+Workloads, built at run time from ``--corpus`` (default ``2026``: files of packages released in 2026,
+code the models never saw; :mod:`bench.workloads`):
 
 * ``edit``: a function, then a comment asking for it again with one identifier renamed, then the
   renamed function's first line; the output rewrites the function (the text being rewritten is the
   draft);
-* ``fim``: fill-in-the-middle at cut points (the server's own prompt builder);
+* ``fim``: fill-in-the-middle at line ends, the next line missing (the server's own prompt builder);
+* ``body``: fill-in-the-middle with a whole function body missing (a multi-line answer);
 * ``entropy``: a held-out chunk's tokens shuffled: text where drafts rarely match.
+
+The models default to ``auto``: the real pair when installed (``--model starter --draft-model
+starter-draft`` for the tiny one).
 
 Rows (same target, prompts and max tokens, greedy, end-of-sequence off so every method writes the
 same number of tokens): ours plain, ngram, tree, model, auto; transformers ``generate`` plain, with
@@ -43,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from bench.workloads import workloads
+from bench.workloads import WORKLOADS, workloads
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
 from decoding.kv_cache import KVCacheState
@@ -156,9 +160,10 @@ def divergence_within_noise(engine: Engine, prompt: list[int], reference: list[i
     return lead <= noise, lead, noise
 
 
-def bench(engine: Engine, quick: bool, seed: int, repeats: int, max_draft: int, methods: list[str]) -> list[dict]:
+def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], repeats: int, max_draft: int,
+          methods: list[str]) -> list[dict]:
     rows = []
-    for workload, prompts in workloads(engine.tokenizer, quick, seed).items():
+    for workload, prompts in prompts_of.items():
         per_method: dict[str, dict] = {m: {"seconds": 0.0, "tokens": 0, "passes": 0, "drafted": 0, "accepted": 0,
                                            "identical": True, "within_noise": 0, "other": 0, "ours": m in OURS,
                                            "noise": 0.0, "leads": []}
@@ -213,10 +218,10 @@ def bench(engine: Engine, quick: bool, seed: int, repeats: int, max_draft: int, 
 SWEEP_K = (1, 2, 4, 8, 16)
 
 
-def sweep(engine: Engine, quick: bool, seed: int) -> list[dict]:
+def sweep(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]]) -> list[dict]:
     """Our n-gram drafter at fixed draft lengths k (no adaptation beyond the cap), per workload."""
     out = []
-    for workload, prompts in workloads(engine.tokenizer, quick, seed).items():
+    for workload, prompts in prompts_of.items():
         plain_seconds = sum(run_ours(engine, "none", p, n, 0)[1] for p, n in prompts)
         plain_tokens = sum(n for _, n in prompts)
         for k in SWEEP_K:
@@ -317,7 +322,8 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine.load(EngineConfig(model=args.model, draft_model=args.draft_model, device=args.device,
                                       dtype=args.dtype))
     repeats = 1 if args.quick else args.repeats
-    rows = bench(engine, args.quick, args.seed, repeats, args.max_draft_tokens, methods)
+    prompts_of = workloads(engine.tokenizer, args.quick, args.seed, args.corpus, tuple(args.workloads.split(",")))
+    rows = bench(engine, prompts_of, repeats, args.max_draft_tokens, methods)
     header = f"{'workload':<8} {'method':<17} {'tok/s':>8} {'speedup':>8} {'tok/pass':>8} {'accept':>7} identical"
     print(header)
     for row in rows:
@@ -334,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
-        sweep_rows = sweep(engine, args.quick, args.seed)
+        sweep_rows = sweep(engine, prompts_of)
         (args.out / "sweep.json").write_text(json.dumps(sweep_rows, indent=2) + "\n")
         try:
             for path in plot(sweep_rows, args.out):
@@ -346,8 +352,12 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(kinds) -> None:
     decode = kinds.add_parser("decode", help="our decoding paths vs transformers generate, per workload")
-    decode.add_argument("--model", default="starter")
-    decode.add_argument("--draft-model", default="starter-draft")
+    decode.add_argument("--model", default="auto", help="target (auto: qwen2.5-coder-1.5b when installed, else "
+                                                        "the starter; starter for the tiny pair)")
+    decode.add_argument("--draft-model", default="auto", help="draft (auto: the target's partner)")
+    decode.add_argument("--corpus", default="2026", help="2026 (code written after the models' training), stdlib "
+                                                         "or a directory of .py files")
+    decode.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {', '.join(WORKLOADS)}")
     decode.add_argument("--device", default="auto")
     decode.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (see decoding.loading)")
     decode.add_argument("--methods", default=",".join(OURS + THEIRS),

@@ -5,7 +5,12 @@
   server's own prompt builder (:func:`lsp_server.prompt.build_prompt`), so a FIM figure measures the
   prompts that are served;
 * :func:`edit_prompts`: a function, then a comment asking for it again with one identifier renamed;
+* :func:`body_prompts`: fill-in-the-middle with a whole function body missing, the cursor at the end
+  of its ``def`` line: a multi-line answer;
 * :func:`entropy_prompts`: a chunk's tokens shuffled, text where drafts rarely match.
+
+:func:`workloads` cuts them from a corpus (:func:`bench.corpus.corpus_files`; ``2026`` by default: code
+written after the models were trained).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import re
 
 from lsprotocol import types
 
-from bench.corpus import held_out_texts, rename_identifier
+from bench.corpus import corpus_files, read_texts, rename_identifier
 from lsp_server.prompt import build_prompt
 from lsp_server.documents import Document
 from lsp_server.positions import codec_for
@@ -24,6 +29,17 @@ from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 
 _DEF = re.compile(r"^def [A-Za-z_]\w*\(.*\):\s*$", re.M)
+
+
+def _fim_prompt(text: str, cursor: int, end: int, tokenizer, prefix_tokens: int, suffix_tokens: int) -> list[int]:
+    """The server's FIM prompt for ``text`` with ``text[cursor:end]`` removed and the cursor there."""
+    codec = codec_for(types.PositionEncodingKind.Utf32)  # characters are code points
+    budget = Settings(prefix_tokens=prefix_tokens, suffix_tokens=suffix_tokens, extra_tokens=0)
+    document = Document("file:///held-out/cut.py", text[:cursor] + text[end:], 0, "python")
+    line_starts = document.lines.starts
+    row = bisect.bisect_right(line_starts, cursor) - 1
+    position = types.Position(line=row, character=cursor - line_starts[row])
+    return build_prompt(resolve_request(document, position, codec, budget), tokenizer).prompt_ids
 
 
 def fim_prompts(texts: list[str], tokenizer, count: int, rng: random.Random,
@@ -41,8 +57,6 @@ def fim_prompts(texts: list[str], tokenizer, count: int, rng: random.Random,
         tokenizer: a transformers fast tokenizer (the prompt builder needs offsets).
         count: how many pairs.
     """
-    codec = codec_for(types.PositionEncodingKind.Utf32)  # characters are code points
-    budget = Settings(prefix_tokens=prefix_tokens, suffix_tokens=suffix_tokens, extra_tokens=0)
     pairs = []
     while len(pairs) < count:
         text = rng.choice(texts)
@@ -54,13 +68,37 @@ def fim_prompts(texts: list[str], tokenizer, count: int, rng: random.Random,
         start = sum(len(item) for item in lines[:index])
         cursor = start - 1  # before the newline that ends the previous line
         end = start + len(line.rstrip("\n"))
-        document = Document(f"file:///held-out/{len(pairs)}.py", text[:cursor] + text[end:], 0, "python")
-        line_starts = document.lines.starts
-        row = bisect.bisect_right(line_starts, cursor) - 1
-        position = types.Position(line=row, character=cursor - line_starts[row])
-        context = build_prompt(resolve_request(document, position, codec, budget), tokenizer)
-        pairs.append((context.prompt_ids, line.rstrip("\n")))
+        pairs.append((_fim_prompt(text, cursor, end, tokenizer, prefix_tokens, suffix_tokens), line.rstrip("\n")))
     return pairs
+
+
+_BODY_DEF = re.compile(r"^([ \t]*)(?:async )?def [A-Za-z_]\w*\(.*\).*:[ \t]*$", re.M)
+
+
+def body_prompts(texts: list[str], tokenizer, count: int, rng: random.Random, max_new_tokens: int = 128,
+                 prefix_tokens: int = 768, suffix_tokens: int = 256) -> list[tuple[list[int], int]]:
+    """(prompt ids, new tokens) pairs: the server's FIM prompt with a function's body (3 to 15 lines after
+    a one-line ``def``) missing and the cursor at the end of the ``def`` line; new tokens: the body's
+    length in tokens, at most ``max_new_tokens``."""
+    bodies = []  # (text index, cursor, end)
+    for index, text in enumerate(texts):
+        for match in _BODY_DEF.finditer(text):
+            indent, cursor = len(match.group(1)), match.end()
+            end = at = cursor  # end: after the body's last non-blank line
+            for line in text[cursor + 1:].split("\n"):
+                if line.strip() and len(line) - len(line.lstrip()) <= indent:
+                    break
+                at += 1 + len(line)
+                end = at if line.strip() else end
+            if 3 <= text.count("\n", cursor, end) <= 15 and text[cursor:end].strip():
+                bodies.append((index, cursor, end))
+    out = []
+    for index, cursor, end in rng.sample(bodies, min(count, len(bodies))):
+        text = texts[index]
+        body_tokens = len(tokenizer.encode(text[cursor:end], add_special_tokens=False))
+        out.append((_fim_prompt(text, cursor, end, tokenizer, prefix_tokens, suffix_tokens),
+                    min(max_new_tokens, body_tokens)))
+    return out
 
 
 def edit_prompts(texts: list[str], tokenizer, count: int, rng: random.Random) -> list[tuple[list[int], int]]:
@@ -98,11 +136,26 @@ def entropy_prompts(texts: list[str], tokenizer, count: int, rng: random.Random,
     return out
 
 
-def workloads(tokenizer, quick: bool, seed: int) -> dict[str, list[tuple[list[int], int]]]:
-    """The prompts of ``speclsp bench decode`` per workload: (prompt ids, new tokens) pairs."""
-    texts = held_out_texts()
-    rng = random.Random(seed)
+WORKLOADS = ("edit", "fim", "body", "entropy")
+
+
+def workloads(tokenizer, quick: bool, seed: int, corpus: str = "2026",
+              names: tuple[str, ...] = WORKLOADS) -> dict[str, list[tuple[list[int], int]]]:
+    """The prompts of ``speclsp bench decode`` per workload: (prompt ids, new tokens) pairs, cut from
+    ``corpus``; each workload draws from its own random source, so its prompts do not depend on the others.
+
+    Raises:
+        ValueError: an unknown workload or corpus.
+    """
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workloads {unknown}; use {', '.join(WORKLOADS)}")
+    texts = [t for t in read_texts(corpus_files(corpus)) if t.strip()]
     count = 3 if quick else 10
-    fim = [(ids, 32) for ids, _ in fim_prompts(texts, tokenizer, count, rng)]
-    return {"edit": edit_prompts(texts, tokenizer, count, rng), "fim": fim,
-            "entropy": entropy_prompts(texts, tokenizer, count, rng, 32)}
+    makers = {
+        "edit": lambda rng: edit_prompts(texts, tokenizer, count, rng),
+        "fim": lambda rng: [(ids, 32) for ids, _ in fim_prompts(texts, tokenizer, count, rng)],
+        "body": lambda rng: body_prompts(texts, tokenizer, count, rng),
+        "entropy": lambda rng: entropy_prompts(texts, tokenizer, count, rng, 32),
+    }
+    return {name: makers[name](random.Random(f"{seed}:{name}")) for name in names}

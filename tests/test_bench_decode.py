@@ -14,11 +14,12 @@ import torch
 def test_bench_decode_reports_every_workload_and_method(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "lsp_server.cli", "bench", "decode", "--quick", "--methods", "ngram,tree,hf_prompt_lookup",
-         "--dtype", "float32", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
+         "--model", "starter", "--draft-model", "starter-draft", "--dtype", "float32", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads((tmp_path / "results.json").read_text())
     assert {(r["workload"], r["method"]) for r in rows} == {
-        (w, m) for w in ("edit", "fim", "entropy") for m in ("none", "ngram", "tree", "hf_prompt_lookup")}
+        (w, m) for w in ("edit", "fim", "body", "entropy") for m in ("none", "ngram", "tree", "hf_prompt_lookup")}
     for row in rows:
         assert {"workload", "method", "tokens_per_s", "speedup_vs_plain", "tokens_per_pass", "acceptance_rate",
                 "identical_to_plain"} <= set(row)
