@@ -163,7 +163,7 @@ def _schedule(gpu: GpuModel, spec: Speculation, running: list[Request], waiting:
 
 def simulate(requests: list[Request], gpu: GpuModel, spec: Speculation, seed: int = 0) -> dict:
     """Run the engine over ``requests`` (any order); sets each one's ``finish_s``. Returns engine
-    figures: busy seconds and the mean number of running requests per step."""
+    figures: steps run and the mean number of running requests per step."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -171,7 +171,7 @@ def simulate(requests: list[Request], gpu: GpuModel, spec: Speculation, seed: in
     pending = deque(sorted(requests, key=lambda r: r.arrival_s))
     waiting: deque[Request] = deque()
     running: list[Request] = []
-    now, busy, steps, batch_sum = 0.0, 0.0, 0, 0
+    now, steps, batch_sum = 0.0, 0, 0
     while pending or waiting or running:
         while pending and pending[0].arrival_s <= now:
             waiting.append(pending.popleft())
@@ -185,7 +185,7 @@ def simulate(requests: list[Request], gpu: GpuModel, spec: Speculation, seed: in
         took = step_seconds(gpu, spec, [r.prompt_tokens + r.generated for r in decoding],
                             [(c, r.prompt_tokens - r.prefill_tokens + r.prefilled) for r, c in chunks])
         now += took
-        busy, steps, batch_sum = busy + took, steps + 1, batch_sum + len(running)
+        steps, batch_sum = steps + 1, batch_sum + len(running)
         accepted = (np.minimum(rng.geometric(1 - alpha, len(decoding)) - 1, spec.draft_tokens)
                     if alpha < 1 else np.full(len(decoding), spec.draft_tokens))
         for request, extra in zip(decoding, accepted):
@@ -198,7 +198,7 @@ def simulate(requests: list[Request], gpu: GpuModel, spec: Speculation, seed: in
             if request.generated >= request.new_tokens and request.finish_s is None:
                 request.finish_s = now
         running = [r for r in running if r.finish_s is None]
-    return {"busy_s": busy, "mean_running": batch_sum / steps if steps else 0.0}
+    return {"steps": steps, "mean_running": batch_sum / steps if steps else 0.0}
 
 
 @dataclass(frozen=True)
@@ -283,8 +283,8 @@ def percentile(values: list[float], q: float) -> float:
 def measure(trace: Trace, editors: int, gpu: GpuModel, spec: Speculation, seconds: float, warmup_s: float,
             editor_side_s: float, seed: int = 0) -> dict:
     """Latency figures (ms) of ``editors`` over ``seconds`` after ``warmup_s``: p50, p95 (``inf`` when
-    the rank falls on an unanswered request), the share answered before being superseded, the
-    engine's busy share and mean running requests."""
+    the rank falls on an unanswered request), the share answered before being superseded and the
+    engine's mean running requests per step."""
     requests = editor_requests(trace, editors, gpu, warmup_s + seconds, seed)
     engine = simulate(requests, gpu, spec, seed)
     window = [r for r in requests if r.arrival_s >= warmup_s]
@@ -293,7 +293,6 @@ def measure(trace: Trace, editors: int, gpu: GpuModel, spec: Speculation, second
     return {"editors": editors, "requests": len(window),
             "p50_ms": round(percentile(latencies, 50), 1), "p95_ms": round(percentile(latencies, 95), 1),
             "answered": round(sum(math.isfinite(v) for v in latencies) / len(window), 3) if window else 0.0,
-            "gpu_busy": round(engine["busy_s"] / (warmup_s + seconds), 3),
             "mean_running": round(engine["mean_running"], 1)}
 
 
@@ -338,7 +337,9 @@ def evaluate(trace: Trace, gpu: GpuModel, spec: Speculation, args: argparse.Name
 
 def run(args: argparse.Namespace) -> int:
     trace = load_trace(args.trace, args.chars_per_token, args.max_new_tokens)
-    gpu = replace(GpuModel(), compute_efficiency=args.compute_efficiency, step_overhead_s=args.step_overhead_ms / 1000)
+    gpu = replace(GpuModel(), compute_efficiency=args.compute_efficiency, step_overhead_s=args.step_overhead_ms / 1000,
+                  max_batched_tokens=args.max_batched_tokens)
+    args.seconds = args.seconds or trace.duration_s  # default: every editor's whole stream once
     count, prompt = len(trace.requests), sum(r.prompt_tokens for r in trace.requests)
     print(f"trace {args.trace}: {count} engine requests in {trace.duration_s:.0f} s ({count / trace.duration_s:.2f}/s "
           f"per editor); prompt tokens mean {prompt / count:.0f}, reused share "
@@ -352,10 +353,9 @@ def run(args: argparse.Namespace) -> int:
         result = results["sets"][name] = evaluate(trace, gpu, spec, args)
         print(f"\n{name}: k={spec.draft_tokens}, {spec.tokens_per_step} tokens/step: largest N with p50 <= "
               f"{args.target_ms:g} ms: {result['largest_editors']}")
-        print("| editors | p50 ms | p95 ms | answered in time | GPU busy | mean running |\n|---|---|---|---|---|---|")
+        print("| editors | p50 ms | p95 ms | answered in time | mean running |\n|---|---|---|---|---|")
         for row in result["rows"]:
-            print(f"| {row['editors']} | {row['p50_ms']} | {row['p95_ms']} | {row['answered']} | {row['gpu_busy']} | "
-                  f"{row['mean_running']} |")
+            print(f"| {row['editors']} | {row['p50_ms']} | {row['p95_ms']} | {row['answered']} | {row['mean_running']} |")
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
     return 0
@@ -381,9 +381,13 @@ def add_parser(kinds) -> None:
     parser.add_argument("--compute-efficiency", type=float, default=GpuModel.compute_efficiency,
                         help="model-FLOPs utilisation of prefill and verify")
     parser.add_argument("--step-overhead-ms", type=float, default=1000 * GpuModel.step_overhead_s)
+    parser.add_argument("--max-batched-tokens", type=int, default=GpuModel.max_batched_tokens,
+                        help="token budget of one engine step (vLLM --max-num-batched-tokens)")
     parser.add_argument("--editor-side-ms", type=float, default=15.0,
-                        help="fixed cost outside the engine per request: our server, network, HTTP front end")
-    parser.add_argument("--seconds", type=float, default=120.0, help="simulated seconds measured")
+                        help="fixed cost outside the engine per request: our server (3.6 ms p50 measured in the "
+                             "trace's run), network and the engine's HTTP front end (assumed)")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="simulated seconds measured (default: the trace's length)")
     parser.add_argument("--warmup", type=float, default=15.0, help="simulated seconds before measuring")
     parser.add_argument("--limit", type=int, default=2048, help="largest editor count tried")
     parser.add_argument("--seed", type=int, default=0)

@@ -150,4 +150,23 @@ def test_latency_grows_with_the_number_of_editors():
     few = measure(trace, 1, GpuModel(), PLAIN, seconds=20.0, warmup_s=2.0, editor_side_s=0.0)
     many = measure(trace, 200, GpuModel(), PLAIN, seconds=20.0, warmup_s=2.0, editor_side_s=0.0)
     assert few["p50_ms"] < many["p50_ms"]
-    assert few["answered"] == 1.0 and few["gpu_busy"] < many["gpu_busy"]
+    assert few["answered"] == 1.0 and few["mean_running"] < many["mean_running"]
+
+
+def test_the_command_reports_the_largest_editor_count_and_writes_json(tmp_path, capsys):
+    from bench import scale_out
+    from lsp_server.cli import build_parser
+
+    path = tmp_path / "requests.json"
+    path.write_text(json.dumps(_trace([row(0.5 * i, expected=20) for i in range(20)])))
+    out = tmp_path / "figures.json"
+    args = build_parser().parse_args(["bench", "scale-out", "--trace", str(path), "--assumptions", "none,ngram",
+                                      "--limit", "4", "--editors", "3", "--out", str(out)])
+    assert args.run is scale_out.run
+    assert args.run(args) == 0
+    figures = json.loads(out.read_text())
+    assert set(figures["sets"]) == {"none", "ngram"}
+    for result in figures["sets"].values():
+        assert result["largest_editors"] == 4  # 20 short requests in 10 s per editor: far from the target
+        assert {row["editors"] for row in result["rows"]} >= {1, 2, 3, 4}
+    assert "largest N with p50 <= 300 ms: 4" in capsys.readouterr().out
