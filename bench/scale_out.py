@@ -59,6 +59,7 @@ class GpuModel:
     kv_block_tokens: int = 16  # vLLM's default KV block: prefix-cache hits count whole blocks
 
     def memory_seconds(self, nbytes: float) -> float:
+        """Seconds to read ``nbytes`` from HBM at the effective bandwidth."""
         return nbytes / (self.hbm_bytes_per_s * self.bandwidth_efficiency)
 
 
@@ -125,8 +126,8 @@ class Request:
 
 def step_seconds(gpu: GpuModel, spec: Speculation, decode_contexts: list[int],
                  chunks: list[tuple[int, int]]) -> float:
-    """Duration of one engine step: ``decode_contexts`` (tokens in the KV cache of each decoding request)
-    and prefill ``chunks`` (chunk tokens, tokens before the chunk) of the other requests."""
+    """Duration of one engine step, seconds: ``decode_contexts`` (tokens in the KV cache of each decoding
+    request) and prefill ``chunks`` (chunk tokens, tokens before the chunk) of the other requests."""
     verify = 1 + spec.draft_tokens
     tokens = verify * len(decode_contexts) + sum(c for c, _ in chunks)
     kv_tokens = sum(decode_contexts) + sum(before + c for c, before in chunks)
@@ -134,6 +135,7 @@ def step_seconds(gpu: GpuModel, spec: Speculation, decode_contexts: list[int],
     attention = 4 * gpu.layers * gpu.hidden * (verify * sum(decode_contexts)
                                                + sum(c * (before + c / 2) for c, before in chunks))
     compute = (2 * gpu.params * tokens + attention) / (gpu.peak_flops * gpu.compute_efficiency)
+    # each sequential drafter pass reads its weights and pays half a step's launch overhead (assumed)
     drafting = spec.draft_passes * (gpu.memory_seconds(spec.draft_bytes) + gpu.step_overhead_s / 2) \
         if decode_contexts else 0.0
     return gpu.step_overhead_s + max(memory, compute) + drafting
