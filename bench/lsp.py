@@ -13,7 +13,8 @@ single-line completions separately; server overhead (the server's total, from re
 writing the answer, minus model time, from the server's JSON-lines trace) with its parts, and the
 end-to-end overhead (the client's latency minus model time, which adds the pipes and this client's own
 JSON-RPC work); type-through cache hit latency and rate; cancellations; tokens per target pass.
-A measurement command, not a test.
+With ``--requests-json FILE``, one row per request as well (:func:`request_rows`): the input of
+``speclsp bench scale-out``. A measurement command, not a test.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class Typist:
         self.client, self.rng = client, rng
         self.samples: list[dict] = []  # one per request sent
         self.version = 0
+        self.started = time.perf_counter()  # the replay's clock: requests' ``sent_s`` count from here
 
     def _change(self, uri: str, line: int, character: int, text: str) -> None:
         self.version += 1
@@ -120,7 +122,12 @@ class Typist:
             future, sent = self._ask(uri, line, character)
             budget = self.rng.uniform(0.3, 0.7)
             done, _ = await asyncio.wait({future}, timeout=budget)
-            sample = {"single_line": not mode.multi_line, "suppressed": suppressed}
+            # What the typist goes on to type: the length of an ideal completion (the rest of the line,
+            # or for a multi-line request the rest of the function), whatever the model writes.
+            rest = body[index + 1:]
+            expected = rest if mode.multi_line else rest.split("\n", 1)[0]
+            sample = {"single_line": not mode.multi_line, "suppressed": suppressed,
+                      "sent_s": sent - self.started, "budget_ms": 1000 * budget, "expected_chars": len(expected)}
             if done:
                 sample["latency_ms"] = 1000 * (time.perf_counter() - sent)
                 result = future.result()
@@ -178,7 +185,41 @@ async def run_bench(args: argparse.Namespace) -> dict:
     for line in trace_path.read_text().splitlines():
         record = json.loads(line)
         records[record["id"]] = record
+    if args.requests_json is not None:
+        rows = request_rows(typist.samples, records)
+        args.requests_json.parent.mkdir(parents=True, exist_ok=True)
+        args.requests_json.write_text(json.dumps({"settings": {
+            "model": args.model, "draft_model": args.draft_model, "drafter": args.drafter,
+            "max_new_tokens": args.max_new_tokens, "functions": args.functions, "seed": args.seed},
+            "requests": rows}, indent=1) + "\n")
     return summarize(typist.samples, records, functions)
+
+
+def request_rows(samples: list[dict], records: dict[int, dict]) -> list[dict]:
+    """One row per request, the client's sample joined (in request order) with the server's trace record.
+
+    Row fields: ``sent_s`` (seconds since the replay started, client clock), ``budget_ms`` (how long the
+    typist waited before typing on), ``status`` (the server's), ``latency_ms`` (client latency; ``None``
+    when not answered within the budget), ``superseded`` (not answered within the budget: typing went on),
+    ``single_line``, ``expected_chars`` (characters of an ideal completion: what the typist types next, to
+    the line's end or, multi-line, to the function's end; independent of the model), ``prompt_tokens`` (prefill computed + reused), ``prompt_reused`` (prefill tokens
+    taken from the KV cache of an earlier prompt), ``new_tokens`` and ``finish`` (the generation's finish
+    reason); the token fields are ``None`` when the model did not run (cache hits, requests superseded
+    before they started).
+    """
+    rows = []
+    for sample, request_id in zip(samples, sorted(records)):
+        record = records[request_id]
+        ran = "prefill_computed" in record
+        rows.append({
+            "sent_s": round(sample["sent_s"], 4), "budget_ms": round(sample["budget_ms"], 1),
+            "status": record["status"], "latency_ms": round(sample["latency_ms"], 2) if "latency_ms" in sample else None,
+            "superseded": "latency_ms" not in sample, "single_line": sample["single_line"],
+            "expected_chars": sample["expected_chars"],
+            "prompt_tokens": record["prefill_computed"] + record["prefill_reused"] if ran else None,
+            "prompt_reused": record["prefill_reused"] if ran else None,
+            "new_tokens": record["tokens"] if ran else None, "finish": record.get("finish")})
+    return rows
 
 
 def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
@@ -261,5 +302,8 @@ def add_parser(kinds) -> argparse.ArgumentParser:
     lsp.add_argument("--seed", type=int, default=0)
     lsp.add_argument("--quick", action="store_true", help="two functions")
     lsp.add_argument("--out", type=Path, default=None, help="write DIR/results.json")
+    lsp.add_argument("--requests-json", type=Path, default=None, metavar="FILE",
+                     help="write one row per request (time sent, prompt tokens and reused, new tokens, status, "
+                          "latency) to FILE: the input of speclsp bench scale-out")
     lsp.set_defaults(run=run)
     return lsp

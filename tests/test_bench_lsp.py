@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bench.lsp import percentile, pick_functions, summarize
+from bench.lsp import percentile, pick_functions, request_rows, summarize
 from tests.conftest import STARTER_FLAGS
 
 
@@ -97,3 +97,24 @@ def test_keystroke_figures_add_the_change_to_the_completion_less_model_time():
     assert document_sizes("1,10,50") == [1.0, 10.0, 50.0]
     text = code_like_text(10_000)
     assert 10_000 <= len(text) < 10_400 and text.isascii() and "\r" not in text
+
+
+@pytest.mark.unit
+def test_request_rows_join_client_samples_with_trace_records_in_request_order():
+    samples = [
+        {"sent_s": 1.5, "budget_ms": 420.0, "single_line": True, "expected_chars": 12, "latency_ms": 130.25},
+        {"sent_s": 2.25, "budget_ms": 310.0, "single_line": False, "expected_chars": 80, "pending": None},
+        {"sent_s": 3.0, "budget_ms": 650.0, "single_line": True, "expected_chars": 5, "latency_ms": 1.5},
+    ]
+    records = {
+        7: {"id": 7, "status": "ok", "prefill_computed": 260, "prefill_reused": 930, "tokens": 9, "finish": "stop"},
+        8: {"id": 8, "status": "superseded"},  # superseded while queued: the model never ran
+        9: {"id": 9, "status": "type-through cache hit", "ms": {"total": 0.3}},
+    }
+    rows = request_rows(samples, records)
+    assert [row["sent_s"] for row in rows] == [1.5, 2.25, 3.0]
+    assert rows[0] == {"sent_s": 1.5, "budget_ms": 420.0, "status": "ok", "latency_ms": 130.25, "superseded": False,
+                       "single_line": True, "expected_chars": 12, "prompt_tokens": 1190, "prompt_reused": 930,
+                       "new_tokens": 9, "finish": "stop"}
+    assert rows[1]["superseded"] and rows[1]["latency_ms"] is None and rows[1]["prompt_tokens"] is None
+    assert rows[2]["status"] == "type-through cache hit" and rows[2]["new_tokens"] is None
