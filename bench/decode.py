@@ -33,6 +33,8 @@ table of expected tokens per pass and gain against k, measured instead of comput
 ``--cost``: random-init targets with the shapes of real models (Qwen2.5-Coder 0.5B and 1.5B configs;
 weights do not matter for timing) and the time of verifying k tokens relative to decoding one, with a
 512-token cache, on this machine (``DIR/cost.json``).
+``--step-cost``: the same for the real loaded target and draft, in the given ``--dtype`` and
+``--quantization`` (:mod:`bench.step_cost`).
 A measurement command, not a test: it times this machine.
 """
 
@@ -51,6 +53,7 @@ from bench.workloads import WORKLOADS, workloads
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
 from decoding.kv_cache import KVCacheState
+from decoding.quantization import QUANTIZATIONS
 
 OURS = ("none", "ngram", "tree", "model", "auto")
 THEIRS = ("hf_plain", "hf_prompt_lookup", "hf_assisted")
@@ -320,7 +323,17 @@ def run(args: argparse.Namespace) -> int:
             (args.out / "cost.json").write_text(json.dumps(rows, indent=2) + "\n")
         return 0
     engine = Engine.load(EngineConfig(model=args.model, draft_model=args.draft_model, device=args.device,
-                                      dtype=args.dtype))
+                                      dtype=args.dtype, quantization=args.quantization))
+    if args.step_cost:
+        from bench.step_cost import step_costs
+
+        rows = step_costs(engine)
+        for row in rows:
+            print(json.dumps(row))
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "step_cost.json").write_text(json.dumps(rows, indent=2) + "\n")
+        return 0
     repeats = 1 if args.quick else args.repeats
     prompts_of = workloads(engine.tokenizer, args.quick, args.seed, args.corpus, tuple(args.workloads.split(",")))
     rows = bench(engine, prompts_of, repeats, args.max_draft_tokens, methods)
@@ -360,6 +373,8 @@ def add_parser(kinds) -> None:
     decode.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {', '.join(WORKLOADS)}")
     decode.add_argument("--device", default="auto")
     decode.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (see decoding.loading)")
+    decode.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
+                        help="weights of target and draft: none, int8 or int4 (torchao, CPU; decoding.quantization)")
     decode.add_argument("--methods", default=",".join(OURS + THEIRS),
                         help=f"comma-separated, from {', '.join(OURS + THEIRS)} (our plain 'none' always runs)")
     decode.add_argument("--max-draft-tokens", type=int, default=DEFAULT_MAX_DRAFT_TOKENS,
@@ -371,5 +386,8 @@ def add_parser(kinds) -> None:
                         help="write DIR/results.json, DIR/sweep.json and the PNG plots against k")
     decode.add_argument("--cost", action="store_true",
                         help="instead: verify(k)/decode(1) for random-init models of real shapes (DIR/cost.json)")
+    decode.add_argument("--step-cost", action="store_true",
+                        help="instead: ms of a 1-token step and of 8- and 16-token verify passes after a 500-token "
+                             "prompt, for the loaded target and draft (with --dtype/--quantization; DIR/step_cost.json)")
     decode.add_argument("--cost-shapes", default=",".join(QWEN_SHAPES), help="shapes for --cost")
     decode.set_defaults(run=run)

@@ -65,6 +65,7 @@ class EngineConfig:
     draft_model: str = AUTO  # as model, or "none"; auto: the target's registered partner, else none
     device: str = "auto"  # auto: CUDA when available, else CPU
     dtype: str = "auto"  # auto: see decoding.loading.resolve_dtype
+    quantization: str = "none"  # none, int8 or int4 weights for target and draft (CPU; decoding.quantization)
     trust_remote_code: bool = False  # run a hub repository's own code: only if the user says so
     ngram: NgramConfig = field(default_factory=NgramConfig)
 
@@ -100,17 +101,20 @@ class Engine:
         Args:
             on_stage: called with a short description before each loading step (for progress).
         Raises:
-            decoding.loading.ModelLoadError: a model is missing or the draft does not fit the target.
+            decoding.loading.ModelLoadError: a model is missing, the draft does not fit the target, or
+                ``config.quantization`` cannot run here (see :mod:`decoding.quantization`).
         """
         pair = resolve_pair(config.model, config.draft_model)
         if on_stage:
             on_stage(f"loading target model {pair.target}")
-        target = load_model(pair.target, config.device, config.dtype, config.trust_remote_code, on_stage)
+        target = load_model(pair.target, config.device, config.dtype, config.trust_remote_code, on_stage,
+                            config.quantization)
         draft = None
         if pair.draft != NO_DRAFT:
             if on_stage:
                 on_stage(f"loading draft model {pair.draft}")
-            draft = load_model(pair.draft, str(target.model.device), config.dtype, config.trust_remote_code, on_stage)
+            draft = load_model(pair.draft, str(target.model.device), config.dtype, config.trust_remote_code, on_stage,
+                               config.quantization)
             check_draft_compatible(target, draft)
         return cls(config, target, draft, pair.notice)
 

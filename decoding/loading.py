@@ -20,6 +20,7 @@ from decoding.generate import end_of_sequence_ids
 from decoding.gguf_models import Stage
 from decoding.hub_errors import explain_hub_failure
 from decoding.model_names import model_location
+from decoding.quantization import quantize_weights
 from decoding.tokenizer_loading import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False,
-               on_stage: Stage | None = None) -> LoadedModel:
+               on_stage: Stage | None = None, quantization: str = "none") -> LoadedModel:
     """Load a causal LM and its tokenizer for inference.
 
     Args:
@@ -95,11 +96,14 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
         dtype: ``"auto"`` (see :func:`resolve_dtype`) or an explicit float type.
         trust_remote_code: allow a hub repository's own modelling code to run. Off by default.
         on_stage: told about slow steps (the one-time conversion of a pack or GGUF file).
+        quantization: ``"none"``, ``"int8"`` or ``"int4"`` weights for the linear layers (CPU only;
+            see :mod:`decoding.quantization`).
     Raises:
         ModelLoadError: missing directory, unknown hub id, no network, unsupported architecture, a pack
             that is not installed or does not match its pinned hash. A failed download says which
             model, why (the HTTP status or the network failure) and what to do
-            (:func:`decoding.hub_errors.explain_hub_failure`).
+            (:func:`decoding.hub_errors.explain_hub_failure`). A quantization that cannot run here
+            (torchao missing, not on the CPU; :func:`decoding.quantization.quantize_weights`).
     """
     location, local_only = model_location(name, on_stage)
     torch_device = resolve_device(device)
@@ -117,7 +121,10 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
         raise ModelLoadError(f"model {name!r} has {', '.join(sorted(unsupported))} layers, whose state cannot be "
                              "rolled back after a rejected draft; speclsp needs attention-only models")
     model.to(torch_device).eval()
-    log.info("loaded %s from %s on %s as %s", name, location, torch_device, torch_dtype)
+    if quantization != "none" and on_stage:
+        on_stage(f"quantizing {name} to {quantization}")
+    quantize_weights(model, quantization, name)
+    log.info("loaded %s from %s on %s as %s, quantization %s", name, location, torch_device, torch_dtype, quantization)
     eos_ids = end_of_sequence_ids(model, tokenizer)
     capabilities = read_capabilities(tokenizer, eos_ids, location if local_only else None)
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, capabilities=capabilities)

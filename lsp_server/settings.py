@@ -24,6 +24,7 @@ import pathspec
 from decoding.engine import DRAFTER_MODES, EngineConfig
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
 from decoding.model_names import AUTO
+from decoding.quantization import QUANTIZATIONS
 from decoding.sampling import SamplingParams
 from lsp_server.repo_index import IndexConfig
 
@@ -62,6 +63,10 @@ class Settings:
                            pattern=r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
     dtype: str = _setting("auto", "Weights' dtype; auto is bfloat16 on CUDA and on CPUs with native bfloat16 "
                           "instructions, float32 elsewhere.", cli=True, enum=list(DTYPES))
+    quantization: str = _setting(
+        "none", "Weights of the target's and the draft's linear layers: none (as dtype), int8 or int4 (torchao, "
+        "CPU only; pip install 'speclsp[quantization]'). Speculative output stays equal to plain decoding of "
+        "the same quantized model.", cli=True, enum=list(QUANTIZATIONS))
     trust_remote_code: bool = _setting(False, "Run a model repository's own Python code. Off unless you trust "
                                        "the repository.", cli=True)
     drafter: str = _setting("auto", "Draft source: auto (n-gram lookup, then the draft model), ngram, tree "
@@ -109,7 +114,7 @@ class Settings:
     def engine_config(self) -> EngineConfig:
         """What the models depend on; a change here reloads them, any other setting applies at once."""
         return EngineConfig(model=self.model, draft_model=self.draft_model, device=self.device, dtype=self.dtype,
-                            trust_remote_code=self.trust_remote_code)
+                            quantization=self.quantization, trust_remote_code=self.trust_remote_code)
 
     def index_config(self) -> IndexConfig | None:
         """What the repository index depends on (``None``: no index); a change here re-indexes."""

@@ -39,6 +39,21 @@ def test_bench_decode_reports_every_workload_and_method(tmp_path):
 
 
 @pytest.mark.model
+def test_step_cost_times_the_loaded_quantized_pair():
+    from bench.step_cost import step_costs, weight_bytes
+    from decoding.engine import Engine, EngineConfig
+
+    config = EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="float32")
+    plain = Engine.load(config)
+    engine = Engine.load(EngineConfig(**{**vars(config), "quantization": "int8"}))
+    rows = step_costs(engine, context=32, repeats=2)
+    assert [(r["role"], r["quantization"]) for r in rows] == [("target", "int8"), ("draft", "int8")]
+    assert all(r["step_ms"] > 0 and r["verify8_ms"] > 0 and r["verify16_ms"] > 0 for r in rows)
+    # int8 linear weights take a quarter of float32's bytes (embeddings and norms stay float32)
+    assert rows[0]["weight_bytes"] < 0.8 * weight_bytes(plain.target.model)
+
+
+@pytest.mark.model
 def test_cost_mode_times_each_k_relative_to_one_token(monkeypatch):
     from bench import decode as bench_decode
 

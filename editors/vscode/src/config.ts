@@ -10,6 +10,7 @@ export const SERVER_SETTINGS = [
   "draftModel",
   "device",
   "dtype",
+  "quantization",
   "trustRemoteCode",
   "drafter",
   "maxNewTokens",

@@ -1,0 +1,78 @@
+"""``speclsp bench decode --step-cost``: what one pass of the loaded target and draft costs on this machine.
+
+For each model of the engine (target, then draft): after a prefill of ``context`` random tokens, the
+wall time (ms) of one pass over 1 token (a plain decoding step) and over k tokens (a verify pass, k in
+:data:`VERIFY_TOKENS`), each the median of ``repeats`` passes; the cache is cut back to the prefill
+after every pass, and the lengths are interleaved (1, 8, 16, 1, 8, 16...) so that other load on the
+machine spreads over all of them. Also the bytes of the model's weights (quantised weights count
+their packed bytes). Run it once per ``--dtype`` / ``--quantization`` to compare them.
+A measurement command, not a test: it times this machine.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import torch
+
+from decoding.engine import Engine
+from decoding.kv_cache import KVCacheState
+
+VERIFY_TOKENS = (8, 16)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of ``model``'s parameters as stored (a torchao tensor: the sum of its inner tensors)."""
+    total, seen = 0, set()
+    for param in model.parameters():
+        if id(param) in seen:  # tied weights count once
+            continue
+        seen.add(id(param))
+        inner_names = getattr(param, "__tensor_flatten__", None)
+        if inner_names is not None and type(param).__module__.startswith("torchao."):
+            names, _ = param.__tensor_flatten__()
+            total += sum(getattr(param, n).numel() * getattr(param, n).element_size() for n in names)
+        else:
+            total += param.numel() * param.element_size()
+    return total
+
+
+@torch.inference_mode()
+def pass_costs(model: torch.nn.Module, vocab_size: int, context: int, repeats: int, seed: int) -> dict[int, list[float]]:
+    """ms of each pass over k tokens (k = 1 and :data:`VERIFY_TOKENS`) after a ``context``-token prefill."""
+    generator = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, vocab_size, (context,), generator=generator).tolist()
+    state = KVCacheState(model)
+    state.forward(prompt, logits_to_keep=1)
+    times: dict[int, list[float]] = {k: [] for k in (1, *VERIFY_TOKENS)}
+    for _ in range(repeats):
+        for k, samples in times.items():
+            tokens = torch.randint(0, vocab_size, (k,), generator=generator).tolist()
+            start = time.perf_counter()
+            state.forward(tokens)
+            samples.append(1000 * (time.perf_counter() - start))
+            state.rollback(context)
+    return times
+
+
+def step_costs(engine: Engine, context: int = 500, repeats: int = 7, seed: int = 0) -> list[dict]:
+    """One row per loaded model: medians (and minima) of the pass costs, verify/step ratios, weight bytes."""
+    rows = []
+    models = [("target", engine.target)] + ([("draft", engine.draft)] if engine.draft is not None else [])
+    for role, loaded in models:
+        times = pass_costs(loaded.model, loaded.vocab_size, context, repeats, seed)
+        medians = {k: statistics.median(v) for k, v in times.items()}
+        rows.append({
+            "role": role, "model": loaded.name, "dtype": engine.config.dtype,
+            "quantization": engine.config.quantization, "threads": torch.get_num_threads(), "context": context,
+            "weight_bytes": weight_bytes(loaded.model),
+            "step_ms": round(medians[1], 1), "step_ms_min": round(min(times[1]), 1),
+            **{f"verify{k}_ms": round(medians[k], 1) for k in VERIFY_TOKENS},
+            **{f"verify{k}_ms_min": round(min(times[k]), 1) for k in VERIFY_TOKENS},
+            **{f"verify{k}_ratio": round(medians[k] / medians[1], 2) for k in VERIFY_TOKENS},
+            "samples_ms": {str(k): [round(t, 1) for t in v] for k, v in times.items()},
+        })
+        print(f"step cost: {role} {loaded.name} done", file=sys.stderr)
+    return rows
