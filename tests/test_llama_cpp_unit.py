@@ -200,3 +200,21 @@ def test_the_launcher_reports_a_server_that_exits_with_its_log(tmp_path, stand_i
 def test_the_launcher_says_how_to_build_when_nothing_is_built(tmp_path):
     with pytest.raises(llama_cpp.PeerBuildError, match="speclsp bench peers --build"):
         llama_cpp.LlamaServer(tmp_path / "model.gguf")
+
+
+def test_bench_peers_status_says_what_is_built_and_assembled(tmp_path, monkeypatch, capsys):
+    from bench import peers
+    from lsp_server.cli import build_parser
+
+    pack, _ = local_pack(tmp_path, monkeypatch)
+    args = build_parser().parse_args(["bench", "peers", "--status", "--json"])
+    assert args.run is peers.run
+    assert args.run(args) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert (before["built"], before["server"], before["gguf"][pack.name]) == (False, None, None)
+    fake_build(llama_cpp_build.build_dir())
+    llama_cpp.gguf_path(pack.name)
+    assert args.run(args) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert after["server"] == str(llama_cpp_build.build_dir() / "bin" / "llama-server")
+    assert after["gguf"][pack.name] == str(llama_cpp.gguf_cache_path(pack))
