@@ -118,6 +118,9 @@ def build(force: bool = False, on_stage: Stage | None = None) -> Path:
                 shutil.rmtree(final)
             out.rename(final)
             say(f"built in {stamp['build_s']:.0f} s: {final}")
+        except OSError as exc:  # an unwritable cache or a full disk (the build tree takes about 1 GB)
+            raise PeerBuildError(f"cannot build into {final.parent}: {exc.strerror or exc}; free some space "
+                                 "or set SPECLSP_CACHE_DIR to a writable directory") from exc
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return final
