@@ -96,7 +96,8 @@ class LlamaServer:
         ctx_size: context length in tokens (``-c``).
         binary: the ``llama-server`` to run (default: the cached build, :func:`server_binary`).
         startup_timeout_s: how long loading may take before :meth:`start` gives up.
-        log_path: where its output goes (default: a new file in the temporary directory); never our stdout.
+        log_path: where its output goes, never our stdout (default: a new temporary file, removed when
+            the ``with`` block ends; a failed start puts its last lines in the exception).
     The port is chosen free at the first start and kept by :meth:`restart`, so :attr:`url` stays valid.
     """
 
@@ -108,6 +109,7 @@ class LlamaServer:
         if self.binary is None:
             raise PeerBuildError(f"llama.cpp {VERSION} is not built (expected in {build_dir()}); "
                                  "build it with: speclsp bench peers --build")
+        self._own_log = log_path is None
         if log_path is None:
             handle, name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
             os.close(handle)
@@ -195,6 +197,8 @@ class LlamaServer:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+        if self._own_log:
+            self.log_path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)

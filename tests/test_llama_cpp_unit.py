@@ -218,3 +218,13 @@ def test_bench_peers_status_says_what_is_built_and_assembled(tmp_path, monkeypat
     after = json.loads(capsys.readouterr().out)
     assert after["server"] == str(llama_cpp_build.build_dir() / "bin" / "llama-server")
     assert after["gguf"][pack.name] == str(llama_cpp.gguf_cache_path(pack))
+
+
+def test_the_launcher_removes_only_the_log_it_created(tmp_path, stand_in):
+    mine = tmp_path / "server.log"
+    with llama_cpp.LlamaServer(tmp_path / "model.gguf", binary=stand_in, log_path=mine, startup_timeout_s=60):
+        pass
+    with llama_cpp.LlamaServer(tmp_path / "model.gguf", binary=stand_in, startup_timeout_s=60) as server:
+        created = server.log_path
+        assert created.is_file()
+    assert mine.is_file() and not created.exists()
