@@ -49,10 +49,15 @@ from pathlib import Path
 
 import torch
 
+from bench import llama_cpp
+from bench.decode_peers import LLAMA_METHODS, LLAMA_PLAIN, LlamaPeers
+from bench.decode_plots import plot, plot_rates
+from bench.step_cost import QWEN_SHAPES, cost
 from bench.workloads import WORKLOADS, workloads
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
 from decoding.kv_cache import KVCacheState
+from decoding.model_packs import PACKS
 from decoding.quantization import QUANTIZATIONS
 
 OURS = ("none", "ngram", "tree", "model", "auto")
@@ -163,35 +168,50 @@ def divergence_within_noise(engine: Engine, prompt: list[int], reference: list[i
     return lead <= noise, lead, noise
 
 
+def own_plain(method: str) -> str:
+    """The plain decoding a method is compared with: llama.cpp's own for its rows, ours otherwise
+    (transformers runs our very model)."""
+    return LLAMA_PLAIN if method in LLAMA_METHODS else "none"
+
+
 def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], repeats: int, max_draft: int,
-          methods: list[str]) -> list[dict]:
+          methods: list[str], peers: LlamaPeers | None = None) -> list[dict]:
+    """Rows per (workload, method); ``methods`` lists each family's plain method before its others."""
     rows = []
     for workload, prompts in prompts_of.items():
         per_method: dict[str, dict] = {m: {"seconds": 0.0, "tokens": 0, "passes": 0, "drafted": 0, "accepted": 0,
-                                           "identical": True, "within_noise": 0, "other": 0, "ours": m in OURS,
-                                           "noise": 0.0, "leads": []}
+                                           "identical": True, "within_noise": 0, "other": 0, "noise": 0.0,
+                                           "leads": [], "reports_passes": m in OURS or m in LLAMA_METHODS}
                       for m in methods}
         bound_passes = bound_tokens = 0  # the lookup bound on our plain greedy outputs
         for index, (prompt, new_tokens) in enumerate(prompts):
-            reference = None
+            references: dict[str, list[int]] = {}
             timings: dict[str, list[float]] = {m: [] for m in methods}
             for _ in range(repeats):  # interleaved: every method, then the next repetition
                 for method in methods:
-                    runner = run_ours if method in OURS else run_theirs
-                    tokens, seconds, passes, drafted, accepted = runner(engine, method, prompt, new_tokens, max_draft)
+                    if method in LLAMA_METHODS:
+                        result = peers.run(method, prompt, new_tokens)
+                    else:
+                        runner = run_ours if method in OURS else run_theirs
+                        result = runner(engine, method, prompt, new_tokens, max_draft)
+                    tokens, seconds, passes, drafted, accepted = result
                     timings[method].append(seconds)
-                    if method == "none" and reference is None:
-                        reference = tokens
-                        bound_passes += lookup_bound_passes(prompt, tokens, max_draft, engine.config.ngram.min_ngram)
-                        bound_tokens += len(tokens)
+                    if method in (LLAMA_PLAIN, "none") and method not in references:
+                        references[method] = tokens
+                        if method == "none":
+                            bound_passes += lookup_bound_passes(prompt, tokens, max_draft, engine.config.ngram.min_ngram)
+                            bound_tokens += len(tokens)
                     row = per_method[method]
                     if len(timings[method]) == 1:
                         row["tokens"] += len(tokens)
                         row["passes"] += passes or 0
                         row["drafted"] += drafted or 0
                         row["accepted"] += accepted or 0
+                        reference = references.get(own_plain(method))
                         if reference is not None and tokens != reference:
                             row["identical"] = False
+                            if method in LLAMA_METHODS:
+                                continue  # its logits are not ours to replay
                             within, lead, noise = divergence_within_noise(engine, prompt, reference, tokens,
                                                                           max_draft + 1)
                             row["within_noise" if within else "other"] += 1
@@ -200,16 +220,18 @@ def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], re
             for method in methods:
                 per_method[method]["seconds"] += statistics.median(timings[method])
             print(f"{workload}: prompt {index + 1}/{len(prompts)}", file=sys.stderr)
-        plain = per_method.get("none")
-        plain_rate = plain["tokens"] / plain["seconds"] if plain and plain["seconds"] else None
+        rate_of = {m: r["tokens"] / r["seconds"] if r["seconds"] else 0.0 for m, r in per_method.items()}
         for method, row in per_method.items():
-            rate = row["tokens"] / row["seconds"] if row["seconds"] else 0.0
+            rate, plain_rate, own_rate = rate_of[method], rate_of.get("none"), rate_of.get(own_plain(method))
             rows.append({
                 "workload": workload, "method": method, "prompts": len(prompts), "tokens": row["tokens"],
                 "tokens_per_s": round(rate, 1),
                 "speedup_vs_plain": round(rate / plain_rate, 3) if plain_rate else None,
-                "tokens_per_pass": round(row["tokens"] / row["passes"], 3) if row["ours"] and row["passes"] else None,
-                "acceptance_rate": round(row["accepted"] / row["drafted"], 3) if row["ours"] and row["drafted"] else None,
+                "speedup_vs_own_plain": round(rate / own_rate, 3) if own_rate else None,
+                "tokens_per_pass": round(row["tokens"] / row["passes"], 3) if row["reports_passes"] and row["passes"]
+                else None,
+                "acceptance_rate": round(row["accepted"] / row["drafted"], 3) if row["reports_passes"] and row["drafted"]
+                else None,
                 "identical_to_plain": row["identical"],
                 "divergences_within_noise": row["within_noise"], "other_divergences": row["other"],
                 "max_noise_logits": round(row["noise"], 4) if row["leads"] else None, "leads_at_divergence": row["leads"],
@@ -238,80 +260,29 @@ def sweep(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]]) ->
     return out
 
 
-def plot(sweep_rows: list[dict], out: Path) -> list[Path]:
-    """Speedup and tokens per pass against k, one line per workload (PNG files)."""
-    import matplotlib
+def chosen_methods(asked: str, target: str) -> list[str]:
+    """The methods to run, each family's plain one first: ``asked`` (comma-separated), or for
+    ``default`` ours, transformers' and, when llama.cpp is built and the target is a model pack, llama.cpp's.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    for key, label, name in (("speedup_vs_plain", "speedup over plain greedy", "speedup_vs_k.png"),
-                             ("tokens_per_pass", "tokens per target pass", "tokens_per_pass_vs_k.png")):
-        figure, axes = plt.subplots(figsize=(6, 4))
-        for workload in dict.fromkeys(r["workload"] for r in sweep_rows):
-            rows = [r for r in sweep_rows if r["workload"] == workload]
-            axes.plot([r["k"] for r in rows], [r[key] for r in rows], marker="o", label=workload)
-        axes.set_xscale("log", base=2)
-        axes.set_xlabel("draft length k (n-gram drafter)")
-        axes.set_ylabel(label)
-        axes.grid(True, alpha=0.3)
-        axes.legend()
-        figure.tight_layout()
-        figure.savefig(out / name, dpi=100)
-        plt.close(figure)
-        written.append(out / name)
-    return written
-
-
-QWEN_SHAPES = {  # Qwen2.5-Coder configs (public config.json values)
-    "qwen2.5-coder-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                               num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-    "qwen2.5-coder-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                               num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-}
-
-
-@torch.inference_mode()
-def cost(shapes: list[str], device: str, context: int = 512, repeats: int = 5) -> list[dict]:
-    """ms of one decode step and of verifying k tokens, for random-init models of real shapes."""
-    from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
-
-    rows = []
-    for name in shapes:
-        torch.manual_seed(0)
-        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        model = Qwen2ForCausalLM(Qwen2Config(**QWEN_SHAPES[name])).to(device=device, dtype=dtype).eval()
-        vocab = QWEN_SHAPES[name]["vocab_size"]
-        prompt = torch.randint(0, vocab, (1, context), device=device)
-        times: dict[int, float] = {}
-        for k in (1, *SWEEP_K[1:]):
-            samples = []
-            for _ in range(repeats):
-                cache = DynamicCache()
-                model(input_ids=prompt, cache=cache, use_cache=True)
-                step = torch.randint(0, vocab, (1, k), device=device)
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-                model(input_ids=step, cache=cache, use_cache=True)
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                samples.append(1000 * (time.perf_counter() - start))
-            times[k] = statistics.median(samples)
-        rows.append({"model_shape": name, "device": device, "dtype": str(dtype).removeprefix("torch."),
-                     "context": context, "decode_ms": round(times[1], 2),
-                     "verify_ratio": {str(k): round(times[k] / times[1], 3) for k in SWEEP_K[1:]}})
-        print(f"cost: {name} {rows[-1]}", file=sys.stderr)
-        del model
-    return rows
+    Raises:
+        ValueError: an unknown method.
+    """
+    known = OURS + THEIRS + tuple(LLAMA_METHODS)
+    if asked == "default":
+        with_llama = target in PACKS and llama_cpp.server_binary() is not None
+        names = list(OURS + THEIRS + (tuple(LLAMA_METHODS) if with_llama else ()))
+    else:
+        names = asked.split(",")
+    unknown = [m for m in names if m not in known]
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; use {', '.join(known)}")
+    llama = [m for m in names if m in LLAMA_METHODS]
+    return list(dict.fromkeys(["none", *[m for m in names if m not in LLAMA_METHODS],
+                               *([LLAMA_PLAIN, *llama] if llama else [])]))
 
 
 def run(args: argparse.Namespace) -> int:
-    methods = list(dict.fromkeys(["none", *args.methods.split(",")]))
-    unknown = [m for m in methods if m not in OURS + THEIRS]
-    if unknown:
-        raise ValueError(f"unknown methods {unknown}; use {', '.join(OURS + THEIRS)}")
+    chosen_methods(args.methods, args.model)  # an unknown method fails before the models load
     if args.cost:
         from decoding.loading import resolve_device
 
@@ -334,9 +305,12 @@ def run(args: argparse.Namespace) -> int:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / "step_cost.json").write_text(json.dumps(rows, indent=2) + "\n")
         return 0
+    methods = chosen_methods(args.methods, engine.target.name)
     repeats = 1 if args.quick else args.repeats
     prompts_of = workloads(engine.tokenizer, args.quick, args.seed, args.corpus, tuple(args.workloads.split(",")))
-    rows = bench(engine, prompts_of, repeats, args.max_draft_tokens, methods)
+    draft_name = engine.draft.name if engine.draft is not None else None
+    with LlamaPeers([m for m in methods if m in LLAMA_METHODS], engine.target.name, draft_name) as peers:
+        rows = bench(engine, prompts_of, repeats, args.max_draft_tokens, methods, peers)
     header = f"{'workload':<8} {'method':<17} {'tok/s':>8} {'speedup':>8} {'tok/pass':>8} {'accept':>7} identical"
     print(header)
     for row in rows:
@@ -356,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
         sweep_rows = sweep(engine, prompts_of)
         (args.out / "sweep.json").write_text(json.dumps(sweep_rows, indent=2) + "\n")
         try:
-            for path in plot(sweep_rows, args.out):
+            for path in plot(sweep_rows, args.out) + plot_rates(rows, args.out):
                 print(f"wrote {path}", file=sys.stderr)
         except ImportError:
             print("no plots: matplotlib is not installed (pip install 'speclsp[bench]')", file=sys.stderr)
@@ -375,8 +349,10 @@ def add_parser(kinds) -> None:
     decode.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (see decoding.loading)")
     decode.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
                         help="weights of target and draft: none, int8 or int4 (torchao, CPU; decoding.quantization)")
-    decode.add_argument("--methods", default=",".join(OURS + THEIRS),
-                        help=f"comma-separated, from {', '.join(OURS + THEIRS)} (our plain 'none' always runs)")
+    decode.add_argument("--methods", default="default",
+                        help=f"comma-separated, from {', '.join(OURS + THEIRS + tuple(LLAMA_METHODS))} (our plain "
+                             "'none' always runs, and llama_plain with any llama.cpp row); default: all, llama.cpp's "
+                             "when it is built (speclsp bench peers --build) and the target is a model pack")
     decode.add_argument("--max-draft-tokens", type=int, default=DEFAULT_MAX_DRAFT_TOKENS,
                         help="draft cap k for our methods and transformers' prompt_lookup_num_tokens")
     decode.add_argument("--repeats", type=int, default=3)

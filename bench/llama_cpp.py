@@ -214,6 +214,7 @@ class PeerCompletion:
     draft_n: int | None  # tokens drafted by its speculation; None when it reports none
     draft_n_accepted: int | None
     stop_type: str  # "eos", "limit" or "word"
+    token_ids: tuple[int, ...] = ()  # the generated tokens, in the model's vocabulary
 
     @property
     def acceptance(self) -> float | None:
@@ -221,12 +222,13 @@ class PeerCompletion:
         return self.draft_n_accepted / self.draft_n if self.draft_n else None
 
 
-def complete(server: LlamaServer, prompt: str, max_tokens: int, ignore_eos: bool = False,
+def complete(server: LlamaServer, prompt: str | list[int], max_tokens: int, ignore_eos: bool = False,
              timeout_s: float = 600.0) -> PeerCompletion:
     """One greedy completion of ``prompt`` (temperature 0, no prompt cache, no streaming).
 
     Args:
-        prompt: text; special tokens written in it (``<|fim_prefix|>``...) are parsed as such by the server.
+        prompt: text (special tokens written in it, ``<|fim_prefix|>``..., are parsed as such by the
+            server), or token ids (the very prompt another system is given).
         max_tokens: ``n_predict``.
         ignore_eos: generate ``max_tokens`` tokens even past end-of-text (as a benchmark of fixed length does).
 
@@ -235,7 +237,7 @@ def complete(server: LlamaServer, prompt: str, max_tokens: int, ignore_eos: bool
         TimeoutError: no answer within ``timeout_s``.
     """
     body = json.dumps({"prompt": prompt, "n_predict": max_tokens, "temperature": 0.0, "cache_prompt": False,
-                       "stream": False, "ignore_eos": ignore_eos}).encode()
+                       "stream": False, "ignore_eos": ignore_eos, "return_tokens": True}).encode()
     request = urllib.request.Request(f"{server.url}/completion", data=body,
                                      headers={"Content-Type": "application/json"})
     started = time.perf_counter()
@@ -249,4 +251,4 @@ def complete(server: LlamaServer, prompt: str, max_tokens: int, ignore_eos: bool
         predicted_ms=float(timings.get("predicted_ms", 0.0)),
         predicted_per_second=float(timings.get("predicted_per_second", 0.0)),
         draft_n=timings.get("draft_n"), draft_n_accepted=timings.get("draft_n_accepted"),
-        stop_type=str(answer.get("stop_type", "")))
+        stop_type=str(answer.get("stop_type", "")), token_ids=tuple(answer.get("tokens") or ()))

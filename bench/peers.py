@@ -13,6 +13,7 @@ import json
 import sys
 
 from bench import llama_cpp
+from bench.decode_peers import LLAMA_METHODS
 from decoding.model_packs import PACKS
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
@@ -29,11 +30,8 @@ def mean_of_squares(values):
     """The arithmetic mean of the squares of a non-empty sequence."""
 '''
 #: name -> llama-server flags beside the target; ``{draft}`` is the draft model's GGUF file.
-SMOKE_CONFIGS = {
-    "plain": (),
-    "ngram-simple": ("--spec-type", "ngram-simple"),
-    "draft-simple": ("-md", "{draft}", "--spec-type", "draft-simple", "--spec-draft-n-max", "16"),
-}
+SMOKE_CONFIGS = {"plain": LLAMA_METHODS["llama_plain"], "ngram-simple": LLAMA_METHODS["llama_ngram"],
+                 "draft-simple": LLAMA_METHODS["llama_draft"]}
 
 
 def add_parser(kinds) -> None:

@@ -6,6 +6,8 @@ wall time (ms) of one pass over 1 token (a plain decoding step) and over k token
 after every pass, and the lengths are interleaved (1, 8, 16, 1, 8, 16...) so that other load on the
 machine spreads over all of them. Also the bytes of the model's weights (quantised weights count
 their packed bytes). Run it once per ``--dtype`` / ``--quantization`` to compare them.
+``speclsp bench decode --cost`` (:func:`cost`): the same ratios for random-init models with the shapes
+of real ones (weights do not matter for timing), where the real weights are not installed.
 A measurement command, not a test: it times this machine.
 """
 
@@ -75,4 +77,48 @@ def step_costs(engine: Engine, context: int = 500, repeats: int = 7, seed: int =
             "samples_ms": {str(k): [round(t, 1) for t in v] for k, v in times.items()},
         })
         print(f"step cost: {role} {loaded.name} done", file=sys.stderr)
+    return rows
+
+
+COST_K = (1, 2, 4, 8, 16)  # verify lengths of --cost
+QWEN_SHAPES = {  # Qwen2.5-Coder configs (public config.json values)
+    "qwen2.5-coder-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                               num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-coder-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                               num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+}
+
+
+@torch.inference_mode()
+def cost(shapes: list[str], device: str, context: int = 512, repeats: int = 5) -> list[dict]:
+    """ms of one decode step and of verifying k tokens, for random-init models of real shapes."""
+    from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
+
+    rows = []
+    for name in shapes:
+        torch.manual_seed(0)
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        model = Qwen2ForCausalLM(Qwen2Config(**QWEN_SHAPES[name])).to(device=device, dtype=dtype).eval()
+        vocab = QWEN_SHAPES[name]["vocab_size"]
+        prompt = torch.randint(0, vocab, (1, context), device=device)
+        times: dict[int, float] = {}
+        for k in COST_K:
+            samples = []
+            for _ in range(repeats):
+                cache = DynamicCache()
+                model(input_ids=prompt, cache=cache, use_cache=True)
+                step = torch.randint(0, vocab, (1, k), device=device)
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                model(input_ids=step, cache=cache, use_cache=True)
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                samples.append(1000 * (time.perf_counter() - start))
+            times[k] = statistics.median(samples)
+        rows.append({"model_shape": name, "device": device, "dtype": str(dtype).removeprefix("torch."),
+                     "context": context, "decode_ms": round(times[1], 2),
+                     "verify_ratio": {str(k): round(times[k] / times[1], 3) for k in COST_K[1:]}})
+        print(f"cost: {name} {rows[-1]}", file=sys.stderr)
+        del model
     return rows

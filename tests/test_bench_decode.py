@@ -21,8 +21,8 @@ def test_bench_decode_reports_every_workload_and_method(tmp_path):
     assert {(r["workload"], r["method"]) for r in rows} == {
         (w, m) for w in ("edit", "fim", "body", "entropy") for m in ("none", "ngram", "tree", "hf_prompt_lookup")}
     for row in rows:
-        assert {"workload", "method", "tokens_per_s", "speedup_vs_plain", "tokens_per_pass", "acceptance_rate",
-                "identical_to_plain"} <= set(row)
+        assert {"workload", "method", "tokens_per_s", "speedup_vs_plain", "speedup_vs_own_plain", "tokens_per_pass",
+                "acceptance_rate", "identical_to_plain"} <= set(row)
         assert row["tokens_per_s"] > 0
         if row["method"] != "hf_prompt_lookup":  # ours: exact greedy (fp32, fixed prompts)
             assert row["identical_to_plain"] is True
@@ -34,7 +34,7 @@ def test_bench_decode_reports_every_workload_and_method(tmp_path):
     assert "speedup" in done.stdout
     sweep = json.loads((tmp_path / "sweep.json").read_text())
     assert {r["k"] for r in sweep} == {1, 2, 4, 8, 16} and all(r["tokens_per_pass"] >= 1 for r in sweep)
-    for name in ("speedup_vs_k.png", "tokens_per_pass_vs_k.png"):
+    for name in ("speedup_vs_k.png", "tokens_per_pass_vs_k.png", "tokens_per_s.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -55,7 +55,7 @@ def test_step_cost_times_the_loaded_quantized_pair():
 
 @pytest.mark.model
 def test_cost_mode_times_each_k_relative_to_one_token(monkeypatch):
-    from bench import decode as bench_decode
+    from bench import step_cost as bench_decode
 
     monkeypatch.setitem(bench_decode.QWEN_SHAPES, "tiny", dict(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
@@ -135,3 +135,26 @@ def test_no_ngram_drafter_beats_the_lookup_bound():
             done += accepted + 1
             passes += 1
         assert lookup_bound_passes(prompt, output, k) <= passes
+
+
+@pytest.mark.unit
+def test_methods_run_each_familys_plain_first_and_llama_cpp_only_for_a_model_pack(monkeypatch):
+    from bench import decode as bench_decode
+
+    assert bench_decode.chosen_methods("ngram,llama_draft,hf_assisted", "qwen2.5-coder-1.5b") == [
+        "none", "ngram", "hf_assisted", "llama_plain", "llama_draft"]
+    monkeypatch.setattr(bench_decode.llama_cpp, "server_binary", lambda: "/built/llama-server")
+    assert "llama_ngram" in bench_decode.chosen_methods("default", "qwen2.5-coder-1.5b")
+    assert not any(m.startswith("llama") for m in bench_decode.chosen_methods("default", "starter"))
+    monkeypatch.setattr(bench_decode.llama_cpp, "server_binary", lambda: None)
+    assert not any(m.startswith("llama") for m in bench_decode.chosen_methods("default", "qwen2.5-coder-1.5b"))
+    with pytest.raises(ValueError, match="unknown methods"):
+        bench_decode.chosen_methods("ngram,llama_fast", "qwen2.5-coder-1.5b")
+
+
+@pytest.mark.unit
+def test_the_seed_formula_beside_the_sweep():
+    from bench.decode_plots import expected_tokens_per_pass
+
+    assert expected_tokens_per_pass(0.0, 8) == 1.0 and expected_tokens_per_pass(1.0, 8) == 9.0
+    assert expected_tokens_per_pass(0.5, 2) == pytest.approx(1.75)  # 1 + 0.5 + 0.25

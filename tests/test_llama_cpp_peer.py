@@ -59,3 +59,24 @@ def test_a_killed_server_refuses_requests_and_serves_again_after_restart(server)
     server.restart()
     assert server.url == url
     assert llama_cpp.complete(server, PROMPT, 6, ignore_eos=True, timeout_s=120).text == before.text
+
+
+def test_bench_decode_rows_give_llama_cpp_our_token_ids_and_read_its_tokens_back(server):
+    """The llama.cpp rows of bench decode (bench.decode_peers) on the 0.5B as both target and draft: the
+    prompt goes as token ids, the answer comes back as token ids, and with the target as its own draft
+    every drafted token is accepted and the output is plain's."""
+    from bench.decode_peers import LlamaPeers
+    from decoding.loading import load_tokenizer
+    from decoding.model_names import model_location
+
+    tokenizer = load_tokenizer(model_location(DRAFT)[0], local_only=True)
+    prompt = tokenizer.encode("def fibonacci(n):\n    if n < 2:\n        return n\n", add_special_tokens=False)
+    with LlamaPeers(["llama_plain", "llama_draft"], DRAFT, DRAFT) as peers:
+        plain, seconds, passes, drafted, accepted = peers.run("llama_plain", prompt, 16)
+        assert len(plain) == 16 and seconds > 0 and passes == 16 and drafted == accepted == 0
+        assert tokenizer.decode(plain).strip()
+        speculative, _, passes, drafted, accepted = peers.run("llama_draft", prompt, 16)
+        assert speculative == plain
+        assert drafted > 0 and accepted == drafted and passes == 16 - accepted
+    with pytest.raises(ValueError, match="model packs"):
+        LlamaPeers(["llama_plain"], "starter", None)
