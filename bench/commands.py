@@ -3,14 +3,15 @@ entry point (see :func:`lsp_server.cli.build_parser`)."""
 
 from __future__ import annotations
 
-from bench import cuts, decode, edits, keystrokes, lsp
+from bench import cuts, decode, edits, keystrokes, lsp, peers
 
 
 def add_parser(commands) -> None:
-    """Register ``speclsp bench cuts|lsp|decode|edits`` on the CLI's argparse subparsers object."""
+    """Register ``speclsp bench cuts|lsp|decode|edits|peers`` on the CLI's argparse subparsers object."""
     bench = commands.add_parser("bench", help="measurements on this machine")
     kinds = bench.add_subparsers(dest="bench", required=True)
     cuts.add_parser(kinds)
     keystrokes.add_arguments(lsp.add_parser(kinds))
     decode.add_parser(kinds)
     edits.add_parser(kinds)
+    peers.add_parser(kinds)
