@@ -112,7 +112,7 @@ class SseParser:
                 continue  # a comment (keep-alive)
             name, _, value = line.partition(":")
             if name == "data":
-                self._data.append(value[1:] if value.startswith(" ") else value)
+                self._data.append(value.removeprefix(" "))
         return events
 
     def finish(self) -> list[str]:

@@ -17,7 +17,11 @@ from collections.abc import Callable, Hashable
 from decoding.generate import Generation, GenerationConfig
 from lsp_server.backends.http_stream import MalformedResponse
 from lsp_server.backends.loading import LLAMACPP_INFILL
-from lsp_server.backends.openai import OpenAICompletionsBackend, engine_error, parse_timings
+from lsp_server.backends.openai import (
+    OpenAICompletionsBackend,
+    engine_error,
+    parse_timings,
+)
 from lsp_server.backends.remote import Chunk
 
 INFILL_PATH = "/infill"
@@ -64,7 +68,7 @@ class LlamaCppInfillBackend(OpenAICompletionsBackend):
     def generate(self, prompt, config: GenerationConfig, drafter: str, should_stop: Callable[[], bool],
                  cache_key: Hashable = None) -> Generation:
         prefix = self.endpoint.prefix
-        path = (prefix[: -len("/v1")] if prefix.endswith("/v1") else prefix) + INFILL_PATH  # /infill is not under /v1
+        path = (prefix.removesuffix("/v1")) + INFILL_PATH  # /infill is not under /v1
 
         def request() -> tuple[str, dict]:
             return path, self.infill_body(prompt, config)

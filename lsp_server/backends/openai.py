@@ -34,10 +34,10 @@ def parse_timings(chunk: Chunk, event: dict) -> Chunk:
     """Add llama.cpp's ``timings`` (and ``tokens_predicted``) of a final event to ``chunk``."""
     timings = event.get("timings")
     if isinstance(timings, dict):
-        chunk.prompt_tokens = _int(timings.get("prompt_n"))
-        chunk.cached_tokens = _int(timings.get("cache_n"))
-        chunk.tokens = _int(timings.get("predicted_n"))
-        chunk.drafted, chunk.accepted = _int(timings.get("draft_n")), _int(timings.get("draft_n_accepted"))
+        for name, key in (("prompt_tokens", "prompt_n"), ("cached_tokens", "cache_n"), ("tokens", "predicted_n"),
+                          ("drafted", "draft_n"), ("accepted", "draft_n_accepted")):
+            if _int(timings.get(key)) is not None:
+                setattr(chunk, name, timings[key])
         chunk.engine_ms = {k: float(timings[v]) for k, v in (("prompt", "prompt_ms"), ("predicted", "predicted_ms"))
                            if isinstance(timings.get(v), (int, float))}
     return chunk

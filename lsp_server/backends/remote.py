@@ -34,8 +34,14 @@ from decoding.model_packs import PACKS
 from decoding.stats import GenerationStats, SourceStats
 from decoding.tokenizer_loading import load_tokenizer
 from lsp_server.backends.base import BackendError, LoadedModels
-from lsp_server.backends.http_stream import (Endpoint, HttpStatusError, MalformedResponse, StreamCancelled,
-                                             StreamTimeout, post_events)
+from lsp_server.backends.http_stream import (
+    Endpoint,
+    HttpStatusError,
+    MalformedResponse,
+    StreamCancelled,
+    StreamTimeout,
+    post_events,
+)
 from lsp_server.backends.loading import RemoteConfig
 
 log = logging.getLogger(__name__)
