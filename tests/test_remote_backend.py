@@ -297,3 +297,20 @@ async def test_service_shows_each_failure_kind_once_answers_empty_and_logs_recov
     await service.complete("inlineCompletion", "file:///a.py", types.Position(line=0, character=5))  # no cache hit
     assert len(shown) == 2  # a new failure after the recovery is shown again
     worker.shutdown()
+
+
+def test_the_trace_line_records_the_remote_stages(fake, tokenizer_and_capabilities):
+    from lsp_server.completer import Completion
+    from lsp_server.completion_mode import Mode
+
+    final = {**text_event("", "stop"), "timings": {"prompt_n": 7, "predicted_n": 3, "draft_n": 4, "draft_n_accepted": 3,
+                                                   "prompt_ms": 1.5, "predicted_ms": 9.0}}
+    fake.reply = lambda h: h.send_stream(sse(text_event("abc"), final))
+    generation = backend_for(fake.url, tokenizer_and_capabilities).complete_ids([1], CONFIG, NEVER)
+    lines = []
+    record = Tracer(lambda params: lines.append(params.message)).request(
+        1, "inlineCompletion", "file:///a.py", types.Position(line=0, character=0), "ok",
+        completion=Completion("abc", None, generation, Mode(False, "test"), {"engine": 12.0}), total_ms=20.0)
+    assert "first_token=" in lines[0] and "stream=" in lines[0] and "accepted[engine=3/4]" in lines[0]
+    assert "backend=openai engine_prompt=1.5ms engine_predicted=9.0ms" in lines[0]
+    assert record["tokens"] == 3 and record["backend"] == "openai" and set(record["ms"]) >= {"first_token", "stream"}

@@ -31,6 +31,20 @@ if TYPE_CHECKING:
     from lsp_server.rewrite_prompt import RewritePrompt
 
 
+LOCAL, OPENAI, LLAMACPP_INFILL = "local", "openai", "llamacpp-infill"
+BACKENDS = (LOCAL, OPENAI, LLAMACPP_INFILL)
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """Where a remote engine listens and how to talk to it."""
+
+    endpoint: str  # base URL, e.g. http://gpu-box:8000 (the /v1 part may be included)
+    model: str = ""  # the served model's name ("model" of the request); "": not sent
+    api_key_env: str = ""  # the environment variable holding the API key ("": none); the key is never stored
+    timeout_s: float = 10.0  # connecting, and waiting for the next bytes of an answer (seconds)
+
+
 @dataclass(frozen=True)
 class LoadedModels:
     """What a backend serves, described on the model thread for the event loop (which never touches it)."""

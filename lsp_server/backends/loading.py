@@ -16,20 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from decoding.engine import Engine, EngineConfig
+from lsp_server.backends.base import (
+    BACKENDS,
+    LLAMACPP_INFILL,
+    LOCAL,
+    OPENAI,
+    RemoteConfig,
+)
 
-LOCAL, OPENAI, LLAMACPP_INFILL = "local", "openai", "llamacpp-infill"
-BACKENDS = (LOCAL, OPENAI, LLAMACPP_INFILL)
-
-
-@dataclass(frozen=True)
-class RemoteConfig:
-    """Where a remote engine listens and how to talk to it."""
-
-    endpoint: str  # base URL, e.g. http://gpu-box:8000 (the /v1 part may be included)
-    model: str = ""  # the served model's name ("model" of the request); "": not sent
-    api_key_env: str = ""  # the environment variable holding the API key ("": none); the key is never stored
-    timeout_s: float = 10.0  # connecting, and waiting for the next bytes of an answer (seconds)
-
+__all__ = ["BACKENDS", "LLAMACPP_INFILL", "LOCAL", "OPENAI", "BackendConfig", "RemoteConfig", "load_backend"]
 
 @dataclass(frozen=True)
 class BackendConfig:
@@ -57,6 +52,22 @@ def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str],
         raise ValueError(f"unknown backend {config.kind!r}; use one of {', '.join(BACKENDS)}")
     if config.remote is None or not config.remote.endpoint:
         raise ValueError(f"backend {config.kind!r} needs an endpoint (speclsp.endpoint: the remote engine's URL)")
-    from lsp_server.backends.remote import load_remote
+    return _load_remote(config.kind, config.remote, config.engine, on_stage)
 
-    return load_remote(config.kind, config.remote, config.engine, on_stage)
+
+def _load_remote(kind: str, config: RemoteConfig, engine_config: EngineConfig,
+                 on_stage: Callable[[str], None] | None = None):
+    """The remote backend ``kind`` for ``config``, with the tokenizer of ``engine_config.model``.
+
+    Raises:
+        ModelLoadError: no tokenizer. ValueError: a malformed endpoint.
+    """
+    from lsp_server.backends.http_stream import Endpoint
+    from lsp_server.backends.llamacpp_infill import LlamaCppInfillBackend
+    from lsp_server.backends.openai import OpenAICompletionsBackend
+    from lsp_server.backends.remote import load_model_tokenizer
+
+    Endpoint.parse(config.endpoint)  # a malformed endpoint fails before the tokenizer loads
+    tokenizer, capabilities = load_model_tokenizer(engine_config.model, on_stage)
+    cls = LlamaCppInfillBackend if kind == LLAMACPP_INFILL else OpenAICompletionsBackend
+    return cls(config, tokenizer, capabilities)

@@ -33,7 +33,7 @@ from decoding.model_names import AUTO, model_location, pack_available
 from decoding.model_packs import PACKS
 from decoding.stats import GenerationStats, SourceStats
 from decoding.tokenizer_loading import load_tokenizer
-from lsp_server.backends.base import BackendError, LoadedModels
+from lsp_server.backends.base import BackendError, LoadedModels, RemoteConfig
 from lsp_server.backends.http_stream import (
     Endpoint,
     HttpStatusError,
@@ -42,7 +42,6 @@ from lsp_server.backends.http_stream import (
     StreamTimeout,
     post_events,
 )
-from lsp_server.backends.loading import RemoteConfig
 
 log = logging.getLogger(__name__)
 
@@ -279,19 +278,3 @@ def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:
     """Where the first stop string starts in ``text`` (``None``: none there)."""
     found = [at for stop in stops if (at := text.find(stop)) != -1]
     return min(found) if found else None
-
-
-def load_remote(kind: str, config: RemoteConfig, engine_config, on_stage: Callable[[str], None] | None = None):
-    """The remote backend ``kind`` for ``config``, with the tokenizer of ``engine_config.model``.
-
-    Raises:
-        ModelLoadError: no tokenizer. ValueError: a malformed endpoint.
-    """
-    from lsp_server.backends.llamacpp_infill import LlamaCppInfillBackend
-    from lsp_server.backends.loading import LLAMACPP_INFILL
-    from lsp_server.backends.openai import OpenAICompletionsBackend
-
-    Endpoint.parse(config.endpoint)  # a malformed endpoint fails before the tokenizer loads
-    tokenizer, capabilities = load_model_tokenizer(engine_config.model, on_stage)
-    cls = LlamaCppInfillBackend if kind == LLAMACPP_INFILL else OpenAICompletionsBackend
-    return cls(config, tokenizer, capabilities)
