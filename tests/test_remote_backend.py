@@ -80,6 +80,15 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.wfile.write(body)
 
+    def send_cut_stream(self) -> None:
+        """One chunk of a chunked stream, then the connection ends (an engine that crashed)."""
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        part = sse(text_event("a"))
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+        self.close_connection = True
+
     def send_error_json(self, status: int, message: str) -> None:
         body = json.dumps({"error": {"message": message, "code": status}}).encode()
         self.send_response(status)
@@ -198,6 +207,7 @@ def test_a_refused_token_prompt_is_sent_again_as_text(fake, tokenizer_and_capabi
     (lambda h: h.send_stream(sse({"object": "text_completion"})), "malformed stream", "no choices"),
     (lambda h: h.send_stream(sse({"error": {"message": "context overflow"}})), "engine error", "context overflow"),
     (lambda h: time.sleep(1.5), "timeout", "remoteTimeoutSeconds"),
+    (lambda h: h.send_cut_stream(), "connection lost", "did it stop"),
 ])
 def test_failures_are_typed_with_a_message(fake, tokenizer_and_capabilities, reply, kind, words):
     fake.reply = reply

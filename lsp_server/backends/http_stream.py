@@ -41,6 +41,10 @@ class MalformedResponse(Exception):
     """The answer is not the HTTP (or the event stream) it claims to be."""
 
 
+class StreamEnded(MalformedResponse):
+    """The connection ended in the middle of the answer (the engine stopped or crashed)."""
+
+
 class HttpStatusError(Exception):
     """A non-2xx answer: ``status`` and the start of its body."""
 
@@ -157,14 +161,16 @@ class _Reader:
         """One line without its CRLF. Raises: MalformedResponse: the stream ended or the line is too long."""
         while (end := self.buffer.find(b"\n")) == -1:
             if len(self.buffer) > MAX_LINE or not self.fill():
-                raise MalformedResponse("the answer ended in the middle of a line, or a line is too long")
+                if len(self.buffer) > MAX_LINE:
+                    raise MalformedResponse("a line of the answer is too long")
+                raise StreamEnded("the connection ended in the middle of the answer")
         line, self.buffer = self.buffer[:end], self.buffer[end + 1:]
         return line.rstrip(b"\r")
 
     def exactly(self, count: int) -> bytes:
         while len(self.buffer) < count:
             if not self.fill():
-                raise MalformedResponse("the answer ended before its announced length")
+                raise StreamEnded("the answer ended before its announced length")
         data, self.buffer = self.buffer[:count], self.buffer[count:]
         return data
 
@@ -190,7 +196,7 @@ def _body(reader: _Reader, headers: dict[str, str]) -> Iterator[bytes]:
             remaining = size
             while remaining:
                 if not reader.buffer and not reader.fill():
-                    raise MalformedResponse("the answer ended inside a chunk")
+                    raise StreamEnded("the answer ended inside a chunk")
                 data, reader.buffer = reader.buffer[:remaining], reader.buffer[remaining:]
                 remaining -= len(data)
                 yield data
@@ -200,7 +206,7 @@ def _body(reader: _Reader, headers: dict[str, str]) -> Iterator[bytes]:
         while remaining > 0:
             data = reader.some()
             if not data:
-                raise MalformedResponse("the answer ended before its Content-Length")
+                raise StreamEnded("the answer ended before its Content-Length")
             yield data[:remaining]
             remaining -= len(data)
     else:

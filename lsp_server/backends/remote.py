@@ -39,6 +39,7 @@ from lsp_server.backends.http_stream import (
     HttpStatusError,
     MalformedResponse,
     StreamCancelled,
+    StreamEnded,
     StreamTimeout,
     post_events,
 )
@@ -233,6 +234,8 @@ class RemoteBackend:
             return "tls", f"TLS with {where} failed: {exc.reason or exc}"
         if isinstance(exc, HttpStatusError):
             return _http_failure(exc, where, self.config)
+        if isinstance(exc, StreamEnded):
+            return "connection lost", f"the connection to {where} ended in the middle of an answer: did it stop?"
         if isinstance(exc, (MalformedResponse, ValueError)):
             return "malformed stream", f"{where} sent an answer speclsp cannot read: {exc}"
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
