@@ -19,6 +19,7 @@ import urllib.request
 
 import pytest
 
+from decoding.model_names import pack_available
 from tests.raw_lsp import DEADLINE_S, RawServer, notification
 
 pytestmark = pytest.mark.real
@@ -159,11 +160,8 @@ def test_wrong_endpoint_answers_empty_and_says_so_once():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     endpoint = f"http://127.0.0.1:{port}"
-    try:
-        from bench.llama_cpp import gguf_path  # the same skip as the others: the pack's tokenizer is needed
-        gguf_path(PACK)
-    except Exception as exc:  # noqa: BLE001 - PackMissingError or a missing bench module
-        _missing(str(exc))
+    if not pack_available(PACK):  # its tokenizer builds the prompts
+        _missing(f"model pack {PACK} is not installed")
     peer = serve(endpoint)
     try:
         line, character = open_document(peer, SHORT_TEXT)
