@@ -190,3 +190,19 @@ def test_wrong_endpoint_answers_empty_and_says_so_once():
         assert peer.process.poll() is None  # the server stays up
     finally:
         peer.close()
+
+
+def test_llamacpp_infill_backend_completes_from_the_prompt_parts(llama):
+    from decoding.generate import GenerationConfig
+    from lsp_server.backends.base import RemoteConfig
+    from lsp_server.backends.llamacpp_infill import LlamaCppInfillBackend
+    from lsp_server.backends.remote import load_model_tokenizer
+    from lsp_server.prompt import Prompt
+
+    tokenizer, capabilities = load_model_tokenizer(PACK)
+    backend = LlamaCppInfillBackend(RemoteConfig(llama.url), tokenizer, capabilities)
+    prompt = Prompt([0], SHORT_TEXT, "\n\nprint(add(1, 2))\n", len(SHORT_TEXT), "", "\n", True, False)
+    generation = backend.generate(prompt, GenerationConfig(max_new_tokens=16, stop_strings=("\n",)), "auto",
+                                  lambda: False)
+    assert "a" in generation.text and "b" in generation.text, generation.text  # return a + b, in some form
+    assert generation.stats.new_tokens >= 1 and generation.stats.prefill_computed >= 1
