@@ -14,7 +14,11 @@ writing the answer, minus model time, from the server's JSON-lines trace) with i
 end-to-end overhead (the client's latency minus model time, which adds the pipes and this client's own
 JSON-RPC work); type-through cache hit latency and rate; cancellations; tokens per target pass.
 With ``--requests-json FILE``, one row per request as well (:func:`request_rows`): the input of
-``speclsp bench scale-out``. A measurement command, not a test.
+``speclsp bench scale-out``.
+With ``--backend openai --endpoint URL`` (or ``llamacpp-infill``) the same replay runs against a remote
+serving engine: the server loads no model, ``--model`` names the tokenizer, and model time is the
+remote stages (time to first token and the stream).
+A measurement command, not a test.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ from pygls.lsp.client import LanguageClient
 
 from bench.corpus import DEFAULT_HELD_OUT, read_texts, stdlib_files
 from lsp_server.completion_mode import decide_mode, suppresses_automatic
+
+
+#: Trace stages that are model time: the local engine's, or a remote engine's (first token, the stream).
+MODEL_STAGES = ("prefill", "draft", "verify", "first_token", "stream")
 
 
 def pick_functions(count: int, seed: int) -> list[tuple[str, str, int, int]]:
@@ -157,9 +165,13 @@ async def start_server(args: argparse.Namespace, trace_path: Path, name: str) ->
         if "models ready" in params.message or "model loading failed" in params.message:
             ready.set()
 
-    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(), initialization_options={
-        "model": args.model, "draftModel": args.draft_model, "drafter": args.drafter,
-        "maxNewTokens": args.max_new_tokens, "traceFile": str(trace_path), "indexEnabled": False}))
+    options = {"model": args.model, "draftModel": args.draft_model, "drafter": args.drafter,
+               "maxNewTokens": args.max_new_tokens, "traceFile": str(trace_path), "indexEnabled": False}
+    if getattr(args, "backend", "local") != "local":
+        options.update(backend=args.backend, endpoint=args.endpoint, remoteModel=args.remote_model,
+                       apiKeyEnv=args.api_key_env)
+    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
+                                                         initialization_options=options))
     client.initialized(types.InitializedParams())
     await asyncio.wait_for(ready.wait(), timeout=300)
     return client
@@ -246,7 +258,7 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
         latencies.append(latency)
         if sample["single_line"]:
             single.append(latency)
-        model_ms = sum(record["ms"].get(k, 0.0) for k in ("prefill", "draft", "verify"))
+        model_ms = sum(record["ms"].get(k, 0.0) for k in MODEL_STAGES)
         total = record["ms"].get("total", 0.0)
         overhead.append(total - model_ms)
         end_to_end.append(latency - model_ms)
@@ -255,7 +267,8 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
         for stage, ms in (*server.items(), ("server_other", total - model_ms - sum(server.values())),
                           ("transport", latency - total)):
             parts.setdefault(stage, []).append(ms)
-        passes.append(record["tokens_per_pass"])
+        if "backend" not in record:  # a remote engine reports no passes
+            passes.append(record["tokens_per_pass"])
     answered = len(samples) - cancelled
     return {
         "functions": [name for name, *_ in functions],
@@ -279,8 +292,11 @@ def run(args: argparse.Namespace) -> int:
         return args.measure_keystrokes(args)
     if args.quick:
         args.functions = min(args.functions, 2)
+    if args.backend != "local" and not args.endpoint:
+        raise SystemExit(f"speclsp bench lsp: --backend {args.backend} needs --endpoint URL")
     result = asyncio.run(run_bench(args))
-    result.update(drafter=args.drafter, max_new_tokens=args.max_new_tokens, seed=args.seed, quick=args.quick)
+    result.update(drafter=args.drafter, max_new_tokens=args.max_new_tokens, seed=args.seed, quick=args.quick,
+                  backend=args.backend)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -301,6 +317,11 @@ def add_parser(kinds) -> argparse.ArgumentParser:
     lsp.add_argument("--max-new-tokens", type=int, default=32)
     lsp.add_argument("--seed", type=int, default=0)
     lsp.add_argument("--quick", action="store_true", help="two functions")
+    lsp.add_argument("--backend", default="local", choices=("local", "openai", "llamacpp-infill"),
+                     help="generate locally, or on a remote engine at --endpoint")
+    lsp.add_argument("--endpoint", default="", help="the remote engine's base URL (remote backends)")
+    lsp.add_argument("--remote-model", default="", help="the served model's name (remote backends)")
+    lsp.add_argument("--api-key-env", default="", help="environment variable holding the API key (remote backends)")
     lsp.add_argument("--out", type=Path, default=None, help="write DIR/results.json")
     lsp.add_argument("--requests-json", type=Path, default=None, metavar="FILE",
                      help="write one row per request (time sent, prompt tokens and reused, new tokens, status, "

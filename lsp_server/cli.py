@@ -29,11 +29,14 @@ from pathlib import Path  # noqa: E402
 
 from lsprotocol import types  # noqa: E402
 
-from decoding.engine import Engine  # noqa: E402
 from decoding.errors import ModelLoadError  # noqa: E402
+from lsp_server.backends.base import BackendError  # noqa: E402
 from lsp_server.documents import Document  # noqa: E402
 from lsp_server.positions import PositionError, codec_for  # noqa: E402
 from lsp_server.settings import add_setting_flags, settings_from_flags  # noqa: E402
+
+#: Settings ``speclsp serve`` takes as flags: where generation happens (the editor's settings still apply on top).
+SERVE_SETTINGS = ("backend", "endpoint", "api_key_env", "remote_model", "remote_timeout_seconds", "model")
 
 
 class UsageError(ValueError):
@@ -90,6 +93,7 @@ def cut_hole(document: Document, position: types.Position, codec, num_lines: int
 
 
 def run_complete(args: argparse.Namespace) -> int:
+    from lsp_server.backends.loading import load_backend
     from lsp_server.completer import complete
     from lsp_server.draft_sources import DraftSources
     from lsp_server.request import resolve_request
@@ -111,15 +115,16 @@ def run_complete(args: argparse.Namespace) -> int:
     if args.cut_lines:  # cut_hole refuses a negative count
         document, removed = cut_hole(document, position, codec, args.cut_lines)
     settings = settings_from_flags(args)
-    engine = Engine.load(settings.engine_config(), lambda stage: logging.getLogger("speclsp").info("%s", stage))
-    if engine.notice:
-        print(f"speclsp: note: {engine.notice}", file=sys.stderr)
+    backend = load_backend(settings.backend_config(), lambda stage: logging.getLogger("speclsp").info("%s", stage))
+    notice = backend.describe().notice
+    if notice:
+        print(f"speclsp: note: {notice}", file=sys.stderr)
     request = resolve_request(document, position, codec, settings)
     sources = DraftSources()
     results = []
     for i in range(args.num_samples):
         seed = None if args.seed is None else args.seed + i
-        completion = complete(engine, request, sources=sources, seed=seed)
+        completion = complete(backend, request, sources=sources, seed=seed)
         results.append(completion)
         print(f"[speclsp] sample {i}: {completion.generation.stats.summary()} "
               f"finish={completion.generation.finish_reason}", file=sys.stderr)
@@ -152,7 +157,7 @@ def run_serve(args: argparse.Namespace) -> int:
     transport = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
-    serve_stdio(create_server(), sys.stdin.fileno(), transport)  # ends the process
+    serve_stdio(create_server(base_settings=settings_from_flags(args)), sys.stdin.fileno(), transport)  # ends the process
     return 0
 
 
@@ -205,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the language server on stdio")
+    add_setting_flags(serve, SERVE_SETTINGS)
     serve.set_defaults(run=run_serve)
 
     comp = commands.add_parser("complete", help="complete a file at FILE:LINE:COL (1-based, columns in characters)")
@@ -236,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "num_samples", 1) < 1:
             raise UsageError("--num-samples must be >= 1")
         return args.run(args)
-    except (UsageError, ModelLoadError, ValueError) as exc:
+    except (UsageError, ModelLoadError, ValueError, BackendError) as exc:
         print(f"speclsp: error: {exc}", file=sys.stderr)
         return 2
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from decoding.engine import Engine
 from decoding.generate import FinishReason, Generation
+from lsp_server.backends.base import GenerationBackend
+from lsp_server.backends.local import as_backend
 from lsp_server.completion_mode import Mode, decide_mode
 from lsp_server.documents import Document
 from lsp_server.draft_sources import DraftSources
@@ -52,7 +53,7 @@ def postprocess(text: str, prompt: Prompt, mode: Mode, language_id: str,
 
 
 def complete(
-    engine: Engine,
+    backend: GenerationBackend,
     request: CompletionRequest,
     other_documents: list[Document] = (),
     repo: RepoIndex | None = None,
@@ -62,6 +63,7 @@ def complete(
     """Complete at the request's cursor: prompt, mode, draft sources, generation, trimming.
 
     Args:
+        backend: what generates (:mod:`lsp_server.backends`; a bare local engine is wrapped).
         other_documents: other open buffers, most recently touched first; their text feeds the n-gram
             drafter, and the recent ones are candidates for prompt snippets. Secret-looking ones are
             left out here (:func:`lsp_server.related_files.context_documents`).
@@ -70,21 +72,25 @@ def complete(
         sources: the draft sources and prompt tokens kept between requests; ``None``: a fresh one.
         seed: random source for sampling (``None``: nondeterministic).
     The generation stops at its next verify round once ``request.cancelled`` is set.
+
+    Raises:
+        lsp_server.backends.base.BackendError: a remote engine failed.
     """
     t0 = time.perf_counter()
+    backend = as_backend(backend)
     settings, document = request.settings, request.document
     sources = sources if sources is not None else DraftSources()
     other_documents = context_documents(other_documents)  # the one gate: secrets are never context
-    capabilities = engine.target.capabilities
+    capabilities = backend.capabilities
     snippet_chars = 4 * settings.extra_tokens if capabilities.repo_prompt else 0
     related, snippets = related_files(document, request.offset, other_documents, repo, snippet_chars)
     repo_names = (repo.repo_name() if repo is not None else "workspace", label(repo, document.uri))
-    prompt = build_prompt(request, engine.tokenizer, snippets, repo_names, sources.encoder(engine), capabilities)
+    prompt = build_prompt(request, backend.tokenizer, snippets, repo_names, sources.encoder(backend), capabilities)
     mode = decide_mode(prompt.prefix, prompt.line_suffix, document.language_id)
-    sources.sync(engine, request, prompt, other_documents, related)
+    sources.sync(backend, request, prompt, other_documents, related)
     t1 = time.perf_counter()
-    generation = engine.generate(prompt.prompt_ids, settings.generation_config(mode.multi_line, engine, seed),
-                                 settings.drafter, should_stop=request.cancelled.is_set, cache_key=document.uri)
+    generation = backend.generate(prompt, settings.generation_config(mode.multi_line, backend, seed),
+                                  settings.drafter, request.cancelled.is_set, cache_key=document.uri)
     t2 = time.perf_counter()
     insert_text = postprocess(generation.text, prompt, mode, document.language_id, generation.finish_reason)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
@@ -113,7 +119,7 @@ class Rewrite:
         return self.text
 
 
-def rewrite(engine: Engine, request: CompletionRequest, history=(), seed: int | None = None) -> Rewrite | None:
+def rewrite(backend: GenerationBackend, request: CompletionRequest, history=(), seed: int | None = None) -> Rewrite | None:
     """Rewrite the region around the request's cursor with the recent edits carried through it.
 
     Args:
@@ -124,19 +130,20 @@ def rewrite(engine: Engine, request: CompletionRequest, history=(), seed: int | 
         cancelled) has no text and no edits.
     Raises:
         lsp_server.rewrite_prompt.NextEditUnsupported: the model cannot write rewrites.
+        lsp_server.backends.base.BackendError: a remote engine failed.
     The generation stops at its next verify round once ``request.cancelled`` is set.
     """
     t0 = time.perf_counter()
+    backend = as_backend(backend)
     settings, document = request.settings, request.document
-    prompt = build_rewrite_prompt(document, request.offset, history, engine.tokenizer, engine.target.capabilities,
+    prompt = build_rewrite_prompt(document, request.offset, history, backend.tokenizer, backend.capabilities,
                                   settings.next_edit_region_lines)
     if prompt is None:
         return None
-    config = settings.rewrite_config(prompt.end_marker, engine, seed)
+    config = settings.rewrite_config(prompt.end_marker, backend, seed)
     cache_key = ("nextEdit", document.uri)  # not the completion prompt's cache: the prompts share nothing
     t1 = time.perf_counter()
-    generation = engine.rewrite(prompt.prompt_ids, prompt.draft_ids, config, settings.drafter,
-                                should_stop=request.cancelled.is_set, cache_key=cache_key)
+    generation = backend.rewrite(prompt, config, settings.drafter, request.cancelled.is_set, cache_key=cache_key)
     t2 = time.perf_counter()
     text, edits = "", []
     if generation.finish_reason == FinishReason.STOP:

@@ -14,8 +14,10 @@ For one request the n-gram store holds:
   With ``defer_cold_parts`` (the server), a large part seen for the first time is tokenised after the
   answer (:meth:`DraftSources.warm_up`) instead of on the request's path.
 
-Every method takes the engine and runs on the model thread: this object is the only code that
-changes the engine's sources and caches (the engine checks the thread).
+Every method takes the generation backend (:mod:`lsp_server.backends`; or a bare local engine) and runs
+on the model thread: this object is the only code that changes the engine's sources and caches (the
+engine checks the thread). A remote backend has no local engine: its engine drafts on its own, so only
+the prompt tokens are kept for it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ COLD_PART_CHARS = 8_000  # a document part longer than this is first tokenised a
 _PARTS = ("above", "below")  # the document outside the prompt window
 
 
+def _local_engine(backend) -> Engine | None:
+    """The local engine behind ``backend`` (``None`` for a remote one)."""
+    return backend if isinstance(backend, Engine) else backend.engine
+
+
 class DraftSources:
     """The n-gram sources and prompt tokens of one server (or one command-line run). Model thread only.
 
@@ -46,33 +53,38 @@ class DraftSources:
         self._encoder: PromptEncoder | None = None
         self._pending: list[tuple[SourceKey, str, tuple[SourceKey, int]]] = []  # (key, text, origin)
 
-    def encoder(self, engine: Engine) -> PromptEncoder:
-        """The prompt encoder for the engine's tokenizer (a new one when the models were replaced)."""
-        if self._encoder is None or self._encoder.tokenizer is not engine.tokenizer:
-            self._encoder = PromptEncoder(engine.tokenizer)
+    def encoder(self, backend) -> PromptEncoder:
+        """The prompt encoder for the backend's tokenizer (a new one when the models were replaced)."""
+        if self._encoder is None or self._encoder.tokenizer is not backend.tokenizer:
+            self._encoder = PromptEncoder(backend.tokenizer)
             self._pending.clear()
         return self._encoder
 
-    def document_opened(self, engine: Engine, document: Document) -> None:
+    def document_opened(self, backend, document: Document) -> None:
         """Tokenise a newly opened document ahead of its first request, whose prompt windows then
         start from these tokens instead of tokenising up to 10 KB on its path."""
         if len(document.text) <= MAX_SOURCE_CHARS:
-            self.encoder(engine).seed(SourceKey(document.uri), document.model_text)
+            self.encoder(backend).seed(SourceKey(document.uri), document.model_text)
 
-    def document_closed(self, engine: Engine, uri: str) -> None:
+    def document_closed(self, backend, uri: str) -> None:
         """Forget a closed document: its tokens, its n-gram sources (it never proposes its old text
         again) and its KV caches."""
-        self.encoder(engine).forget(uri)
+        self.encoder(backend).forget(uri)
         self._pending = [item for item in self._pending if item[0].uri != uri]
+        engine = _local_engine(backend)
+        if engine is None:
+            return
         for part in ("document", *_PARTS):
             engine.forget_source(SourceKey(uri, part))
         engine.forget_cache(uri)
 
-    def file_changed(self, engine: Engine, uri: str) -> None:
+    def file_changed(self, backend, uri: str) -> None:
         """A file on disk changed (the index watcher): drop the n-gram source of its old text."""
-        engine.forget_source(SourceKey(uri))
+        engine = _local_engine(backend)
+        if engine is not None:
+            engine.forget_source(SourceKey(uri))
 
-    def sync(self, engine: Engine, request: CompletionRequest, prompt: Prompt,
+    def sync(self, backend, request: CompletionRequest, prompt: Prompt,
              other_documents: list[Document], related: list[Candidate]) -> None:
         """Make the engine's n-gram store hold this request's sources (see the module docstring).
 
@@ -81,6 +93,9 @@ class DraftSources:
             related: the repository files and buffers chosen for the cursor
                 (:func:`lsp_server.related_files.related_files`).
         """
+        engine = _local_engine(backend)
+        if engine is None:  # a remote engine drafts from its own state
+            return
         document = request.document
         sources: dict[SourceKey, tuple[object, object]] = {}  # key -> (version, text or its tokens' getter)
         for other in other_documents:
@@ -120,9 +135,9 @@ class DraftSources:
             parts.add(key)
         return parts
 
-    def warm_up(self, engine: Engine) -> None:
+    def warm_up(self, backend) -> None:
         """Tokenise the parts deferred by the last requests (call after answering)."""
-        encoder = self.encoder(engine)
+        encoder = self.encoder(backend)
         pending, self._pending = self._pending, []
         for key, text, origin in pending:
             encoder.ids(key, text, origin)

@@ -49,6 +49,7 @@ class Prompt:
     fim: bool  # whether the prompt is fill-in-the-middle
     truncated: bool  # the budget left part of the document out of the prompt
     snippets: tuple[str, ...] = ()  # labels of the other files' snippets in the prompt
+    extra: tuple[tuple[str, str], ...] = ()  # (label, text) of those snippets (for an engine that renders them)
 
 
 def _keep_tail(encode: Encode, text: str, budget: int, skipped: int = 0) -> tuple[str, list[int]]:
@@ -109,7 +110,7 @@ def _keep_head(encode: Encode, text: str, budget: int) -> tuple[str, list[int]]:
 
 
 def _repo_header(tokenizer, repo_tokens: tuple[int, int], repo: tuple[str, str], snippets,
-                 budget: int) -> tuple[list[int], tuple[str, ...]]:
+                 budget: int) -> tuple[list[int], tuple[tuple[str, str], ...]]:
     repo_name_id, file_sep_id = repo_tokens
     repo_name, current_label = repo
     ids = [repo_name_id, *tokenizer.encode(repo_name + "\n", add_special_tokens=False)]
@@ -120,7 +121,7 @@ def _repo_header(tokenizer, repo_tokens: tuple[int, int], repo: tuple[str, str],
             continue
         ids += [file_sep_id, *encoded]
         used += len(encoded) + 1
-        labels.append(snippet.label)
+        labels.append((snippet.label, snippet.text))
     ids += [file_sep_id, *tokenizer.encode(current_label + "\n", add_special_tokens=False)]
     return ids, tuple(labels)
 
@@ -155,7 +156,7 @@ def build_prompt(
                                     window.prefix, budget.prefix_tokens, window.prefix_length - len(window.prefix))
     capabilities = capabilities if capabilities is not None else read_capabilities(tokenizer)
     fim = capabilities.fim
-    labels: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
     if fim is not None:
         suffix, suffix_ids = _keep_head(
             lambda text, at: encoder.encode(SourceKey(document.uri, "suffix"), text, (whole, at - window.suffix_length)),
@@ -175,5 +176,6 @@ def build_prompt(
         eol=line_ending(document.text),
         fim=fim is not None,
         truncated=len(prefix) < window.prefix_length or len(suffix) < window.suffix_length,
-        snippets=labels,
+        snippets=tuple(label for label, _ in labels),
+        extra=labels,
     )

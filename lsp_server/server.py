@@ -17,8 +17,8 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-from decoding.engine import Engine
 from lsp_server import __version__
+from lsp_server.backends.loading import load_backend
 from lsp_server.documents import DocumentStore, MalformedChange, structure_change
 from lsp_server.features.status import StatusBoard
 from lsp_server.indexing import IndexService
@@ -131,26 +131,35 @@ class SpeclspServer(LanguageServer):
 
     settings: Settings  # the current settings (replaced whole on a configuration change)
     store: DocumentStore  # open documents
-    worker: ModelWorker  # the model thread and the engine it owns
+    worker: ModelWorker  # the model thread and the generation backend it owns (lsp_server.backends)
     tracer: Tracer  # request logs and $/logTrace
     status: StatusBoard  # speclsp/status
     index: IndexService  # the repository index and its watcher
     service: CompletionService  # completion requests
     pending_warnings: list[str]  # settings warnings from initialize, shown once initialized
 
-    def __init__(self, loader: Callable[..., Engine] = Engine.load):
+    def __init__(self, loader: Callable[..., object] = load_backend, base_settings: Settings | None = None):
         super().__init__("speclsp", __version__, protocol_cls=SpeclspProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
-        self.settings = Settings()
+        self.base_settings = base_settings or Settings()  # the command line's; initializationOptions apply on top
+        self.settings = self.base_settings
         self.store = DocumentStore()
         self.worker = ModelWorker(loader)
         self.tracer = Tracer(self.window_log_message, self.log_trace, self.trace_value)
         self.status = StatusBoard(lambda method, params: self.protocol.notify(method, params))
         self.service = CompletionService(self.store, self.worker, self.tracer, lambda: self.settings, self.status,
                                          lambda: self.index.repo,
-                                         rpc=lambda: (self.protocol.msg_id, self.protocol.clock))
+                                         rpc=lambda: (self.protocol.msg_id, self.protocol.clock),
+                                         notify_user=self.show_message)
         self.index = IndexService(self.service.file_changed)
         self.pending_warnings = []
+
+    def show_message(self, text: str, kind: types.MessageType) -> None:
+        """``window/showMessage`` (never raises: a closed transport must not fail the request)."""
+        try:
+            self.window_show_message(types.ShowMessageParams(type=kind, message=text))
+        except Exception:  # noqa: BLE001
+            log.debug("could not show a message", exc_info=True)
 
     def trace_value(self) -> str:
         """The effective trace value: the client's, or the ``traceLevel`` setting when the client's is off."""
@@ -159,12 +168,17 @@ class SpeclspServer(LanguageServer):
         return client if client != "off" else self.settings.trace_level
 
 
-def create_server(loader: Callable[..., Engine] = Engine.load) -> SpeclspServer:
-    """A server with every feature registered."""
+def create_server(loader: Callable[..., object] = load_backend, base_settings: Settings | None = None) -> SpeclspServer:
+    """A server with every feature registered.
+
+    Args:
+        loader: builds the generation backend from a :class:`~lsp_server.backends.loading.BackendConfig`.
+        base_settings: the settings before ``initializationOptions`` (``speclsp serve``'s flags).
+    """
     from lsp_server.features import (completion, document_sync, index_info, inline_completion, lifecycle, next_edit,
                                      status)
 
-    server = SpeclspServer(loader)
+    server = SpeclspServer(loader, base_settings)
     for feature in (lifecycle, document_sync, inline_completion, completion, next_edit, status, index_info):
         feature.register(server)
     return server

@@ -16,7 +16,11 @@ Both ``textDocument/inlineCompletion`` and ``textDocument/completion`` come thro
 * an inline completion request on a document whose last next-edit suggestion changes only its cursor's
   line at or after the cursor gets that suggestion as the item (a range from the cursor), without a
   model call;
-* every request is logged with its id, per-stage milliseconds and acceptance counts.
+* every request is logged with its id, per-stage milliseconds and acceptance counts;
+* a remote engine's failure (:class:`lsp_server.backends.base.BackendError`: down, slow, an HTTP error,
+  a malformed stream) answers that request with ``None`` and is shown to the user once per kind of
+  failure (``window/showMessage``), not per keystroke; the backend backs off, and its recovery is
+  logged once.
 
 Next-edit suggestions (:meth:`CompletionService.next_edit`) go the same way (resolution, cancellation,
 superseding, tracing), with the document's recent edits (:attr:`CompletionService.history`).
@@ -36,6 +40,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 from decoding.generate import FinishReason
+from lsp_server.backends.base import BackendError
 from lsp_server.completer import Completion, Rewrite, complete, rewrite
 from lsp_server.completion_mode import suppresses_automatic
 from lsp_server.documents import Document, DocumentStore
@@ -82,12 +87,14 @@ class CompletionService:
         settings_ref: returns the current settings (read once per request, on the event loop).
         repo_ref: returns the repository index, or ``None``.
         rpc: returns (the current JSON-RPC message id, the protocol's clock or ``None``), for tracing.
+        notify_user: shows a message to the user (``window/showMessage``); ``None``: the log only.
     """
 
     def __init__(self, store: DocumentStore, worker: ModelWorker, tracer: Tracer,
                  settings_ref: Callable[[], Settings], status=None,
                  repo_ref: Callable[[], RepoIndex | None] = lambda: None,
-                 rpc: Callable[[], tuple[object, RpcClock | None]] = lambda: (None, None)):
+                 rpc: Callable[[], tuple[object, RpcClock | None]] = lambda: (None, None),
+                 notify_user: Callable[[str, types.MessageType], None] | None = None):
         self.store = store
         self.worker = worker
         self.tracer = tracer
@@ -104,9 +111,28 @@ class CompletionService:
         self._secret_logged: set[str] = set()  # secret-looking documents already reported
         self.history = EditHistories()  # recent edits per document, for next-edit suggestions
         self._next_edits: dict[str, NextEdit] = {}  # uri -> its last finished suggestion with edits
+        self.notify_user = notify_user
+        self._backend_failures: set[str] = set()  # kinds of remote failure shown since the last success
+
+    def _backend_failed(self, error: BackendError, log) -> None:
+        """Answer-side of a remote failure: the request's log line, and the user told once per kind."""
+        retry = f"; retrying in {error.retry_in_s:.0f} s" if error.retry_in_s else ""
+        log(status=f"backend error: {error.kind}{retry}")
+        if error.kind in self._backend_failures:
+            return
+        self._backend_failures.add(error.kind)
+        self.tracer.message(f"[speclsp] {error.message}", types.MessageType.Error)
+        if self.notify_user is not None:
+            self.notify_user(f"speclsp: {error.message}", types.MessageType.Error)
+
+    def _backend_answered(self) -> None:
+        """A request was served: after failures, say once that the engine answers again."""
+        if self._backend_failures:
+            self._backend_failures.clear()
+            self.tracer.message("[speclsp] the generation backend answers again", types.MessageType.Info)
 
     def _on_model_thread(self, fn: Callable[..., object], *args) -> None:
-        """Run ``fn(engine, *args)`` on the model thread when the models are ready (else there is
+        """Run ``fn(backend, *args)`` on the model thread when the models are ready (else there is
         nothing of theirs to update)."""
         if self.worker.state == READY:
             try:
@@ -121,8 +147,8 @@ class CompletionService:
         if document is not None and not uri_looks_secret(uri):  # a secret one is never completed in
             self._on_model_thread(self._opened, document)
 
-    def _opened(self, engine, document) -> None:
-        self.sources.document_opened(engine, document)
+    def _opened(self, backend, document) -> None:
+        self.sources.document_opened(backend, document)
         parser_for(document.language_id)  # loads the grammar on first use of a language
 
     def document_closed(self, uri: str) -> None:
@@ -236,12 +262,17 @@ class CompletionService:
             return None
         others = [d for d in self.store.all() if d.uri != request.uri]
         repo = self.repo_ref()
-        wait_ms, completion = await self._generate(
-            request, log, lambda engine: complete(engine, request, others, repo, self.sources))
+        try:
+            wait_ms, completion = await self._generate(
+                request, log, lambda backend: complete(backend, request, others, repo, self.sources))
+        except BackendError as exc:
+            self._backend_failed(exc, log)
+            return None
         if completion is None:
             log(status="superseded", queue_ms=wait_ms)
             return None
         status = "superseded" if completion.generation.finish_reason == FinishReason.CANCELLED else "ok"
+        self._backend_answered()
         _after_answer(self._trace, started, time.perf_counter(), msg_id, clock, request.request_id, method, uri,
                       position, status=status, queue_ms=wait_ms, completion=completion)
         # On the model thread once the answer is written: tokenising a large part holds the GIL.
@@ -266,18 +297,18 @@ class CompletionService:
                       None)
 
     async def _generate(self, request: CompletionRequest, log, work: Callable[[object], T]) -> tuple[float, T | None]:
-        """Run ``work(engine)`` on the model thread: (ms queued, its result or ``None`` when the request
+        """Run ``work(backend)`` on the model thread: (ms queued, its result or ``None`` when the request
         was superseded before it started). A newer request for the same document and method cancels this one."""
         key = (request.uri, request.method)
         self.cancel_document(*key)
         self._inflight[key] = request
         queued = time.perf_counter()
 
-        def run(engine) -> tuple[float, T | None]:
+        def run(backend) -> tuple[float, T | None]:
             wait_ms = 1000 * (time.perf_counter() - queued)
             if request.cancelled.is_set():  # superseded while queued: no context, no prefill
                 return wait_ms, None
-            return wait_ms, work(engine)
+            return wait_ms, work(backend)
 
         try:
             return await asyncio.wrap_future(self.worker.submit(run))
@@ -316,7 +347,10 @@ class CompletionService:
             return None
         diffs = self.history.diffs(uri, uri.rsplit("/", 1)[-1])  # a snapshot, taken on the event loop
         try:
-            wait_ms, result = await self._generate(request, log, lambda engine: rewrite(engine, request, diffs))
+            wait_ms, result = await self._generate(request, log, lambda backend: rewrite(backend, request, diffs))
+        except BackendError as exc:
+            self._backend_failed(exc, log)
+            return None
         except NextEditUnsupported as exc:
             log(status="next edits unsupported by the model")
             raise JsonRpcException(str(exc), code=types.LSPErrorCodes.RequestFailed) from exc

@@ -26,10 +26,12 @@ from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
 from decoding.model_names import AUTO
 from decoding.quantization import QUANTIZATIONS
 from decoding.sampling import SamplingParams
+from lsp_server.backends.loading import BACKENDS, LOCAL, BackendConfig, RemoteConfig
 from lsp_server.repo_index import IndexConfig
 
 if TYPE_CHECKING:
     from decoding.engine import Engine
+    from lsp_server.backends.base import GenerationBackend
 
 DTYPES = ("auto", "float32", "fp32", "float16", "fp16", "bfloat16", "bf16")
 TRACE_LEVELS = ("off", "messages", "verbose")
@@ -104,6 +106,22 @@ class Settings:
                                 "with code text.", enum=list(TRACE_LEVELS))
     trace_file: str = _setting("", "Append one JSON line per request (timings, acceptance; code text only at "
                                "verbose trace) to this file. Empty: no file.")
+    backend: str = _setting(
+        LOCAL, "What generates: local (the speculative engine in this process), openai (a remote engine's "
+        "OpenAI-compatible /v1/completions: vLLM, SGLang, llama.cpp's server, Ollama, TGI) or llamacpp-infill "
+        "(llama.cpp's /infill). Remote: no model is loaded here; 'model' names the tokenizer for the prompt.",
+        cli=True, enum=list(BACKENDS))
+    endpoint: str = _setting("", "Remote backends: the engine's base URL, e.g. http://gpu-box:8000 (https is "
+                             "verified against the system's certificates).", cli=True,
+                             pattern=r"^$|^https?://[^\s/]+")
+    api_key_env: str = _setting("", "Remote backends: the name of the environment variable that holds the API key "
+                                "(sent as a Bearer token); never the key itself. Empty: no key.", cli=True,
+                                pattern=r"^$|^[A-Za-z_][A-Za-z0-9_]*$")
+    remote_model: str = _setting("", "Remote backends: the served model's name, as the engine knows it (vLLM's "
+                                 "--served-model-name). Empty: not sent (llama.cpp serves one model).", cli=True)
+    remote_timeout_seconds: float = _setting(10.0, "Remote backends: seconds to connect, and to wait for the "
+                                             "next part of an answer, before the request fails.", cli=True,
+                                             exclusiveMinimum=0, maximum=600)
 
     def __post_init__(self) -> None:
         for spec in fields(self):
@@ -116,6 +134,14 @@ class Settings:
         return EngineConfig(model=self.model, draft_model=self.draft_model, device=self.device, dtype=self.dtype,
                             quantization=self.quantization, trust_remote_code=self.trust_remote_code)
 
+    def backend_config(self) -> BackendConfig:
+        """What the model thread loads (the local models, or a remote engine's client and the model's
+        tokenizer); a change here reloads it."""
+        remote = None
+        if self.backend != LOCAL:
+            remote = RemoteConfig(self.endpoint, self.remote_model, self.api_key_env, self.remote_timeout_seconds)
+        return BackendConfig(self.backend, self.engine_config(), remote)
+
     def index_config(self) -> IndexConfig | None:
         """What the repository index depends on (``None``: no index); a change here re-indexes."""
         if not self.index_enabled:
@@ -123,9 +149,10 @@ class Settings:
         return IndexConfig(max_file_bytes=self.max_file_bytes, max_tokens=self.index_max_tokens,
                            include=self.index_include, exclude=self.index_exclude)
 
-    def generation_config(self, multi_line: bool, engine: Engine, seed: int | None = None) -> GenerationConfig:
+    def generation_config(self, multi_line: bool, engine: Engine | GenerationBackend,
+                          seed: int | None = None) -> GenerationConfig:
         """What one completion generates: a single-line completion also stops at a line break; every
-        special token of the engine's tokenizer stops it (as text or as an id)."""
+        special token of the engine's (the backend's) tokenizer stops it (as text or as an id)."""
         special = tuple(t for t in engine.tokenizer.all_special_tokens if t)
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens,
@@ -137,7 +164,7 @@ class Settings:
             seed=seed,
         )
 
-    def rewrite_config(self, end_marker: str, engine: Engine, seed: int | None = None) -> GenerationConfig:
+    def rewrite_config(self, end_marker: str, engine: Engine | GenerationBackend, seed: int | None = None) -> GenerationConfig:
         """What one next-edit rewrite generates: up to ``next_edit_max_new_tokens``, ending at the region's
         ``end_marker`` or at a special token."""
         special = tuple(t for t in engine.tokenizer.all_special_tokens if t)

@@ -4,7 +4,10 @@
   milliseconds per stage (queue wait, context build, prefill, draft, verify, the engine's bookkeeping
   around them, post-processing, total),
   prefill tokens computed and reused, tokens generated, target passes, tokens per pass and
-  accepted/drafted tokens per draft source. No code text.
+  accepted/drafted tokens per draft source. No code text. A remote backend's request
+  (:class:`lsp_server.backends.remote.RemoteGeneration`) has the stages ``first_token`` (time to the
+  first text) and ``stream``, the engine's own draft acceptance as source ``engine`` when it reports
+  it, and ``backend=`` with the engine's own timings.
 * ``$/logTrace``: when the trace value is ``messages``, the same line; when ``verbose``, the line plus
   a JSON ``verbose`` field with every figure and the completion text (code text appears only here,
   and in the trace file at verbose level). The trace value is the client's (``initialize`` ``trace``
@@ -149,6 +152,11 @@ class Tracer:
                 tokens_per_pass=round(stats.tokens_per_pass, 3),
                 accepted={n: {"accepted": s.accepted, "drafted": s.drafted} for n, s in sorted(stats.sources.items())},
                 finish=completion.generation.finish_reason)
+            backend = getattr(completion.generation, "backend", "")
+            if backend:  # a remote engine generated: which backend, and the engine's own timings
+                engine_ms = getattr(completion.generation, "engine_ms", {})
+                parts.append(f"backend={backend}" + "".join(f" engine_{k}={v:.1f}ms" for k, v in engine_ms.items()))
+                record.update(backend=backend, engine_ms={k: round(v, 2) for k, v in engine_ms.items()})
             if completion.mode is not None:  # a completion (a next-edit rewrite has no mode)
                 record.update(multi_line=completion.mode.multi_line, mode_reason=completion.mode.reason)
         elif total_ms:

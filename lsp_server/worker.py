@@ -1,4 +1,5 @@
-"""The model worker: one daemon thread that owns the engine and runs all model work in order.
+"""The model worker: one daemon thread that owns the generation backend (the local engine, or the client
+of a remote one: :mod:`lsp_server.backends`) and runs all model work in order.
 
 Loading happens on that thread too, so nothing touches a half-loaded engine; requests that arrive
 while the state is not ``ready`` are answered at once by the caller (an empty answer), not queued.
@@ -12,11 +13,13 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from decoding.engine import Engine, EngineConfig
+from decoding.engine import EngineConfig
+from lsp_server.backends.base import LoadedModels
+from lsp_server.backends.loading import load_backend
+from lsp_server.backends.local import as_backend
 
 log = logging.getLogger(__name__)
 
@@ -34,33 +37,21 @@ class ModelState(StrEnum):
 IDLE, LOADING, READY, ERROR = ModelState
 
 
-@dataclass(frozen=True)
-class LoadedModels:
-    """What was loaded, described on the model thread for the event loop (which never touches the engine)."""
-
-    target: str
-    draft: str  # "none" without a draft model
-    device: str
-    dtype: str
-    notice: str | None  # for the user, e.g. the real models are missing and the starter pair runs
-
-    @classmethod
-    def of(cls, engine: Engine) -> LoadedModels:
-        model = engine.target.model
-        return cls(engine.target.name, engine.draft.name if engine.draft is not None else "none",
-                   str(model.device), str(model.dtype), engine.notice)
-
-
 class ModelWorker:
-    """Owns the :class:`~decoding.engine.Engine` and the thread that uses it."""
+    """Owns the generation backend and the thread that uses it.
 
-    def __init__(self, loader: Callable[..., Engine] = Engine.load):
+    Args:
+        loader: ``loader(config, on_stage)`` builds the backend (a bare :class:`~decoding.engine.Engine`
+            is wrapped in the local backend); default :func:`lsp_server.backends.loading.load_backend`.
+    """
+
+    def __init__(self, loader: Callable[..., object] = load_backend):
         self._loader = loader
         self._jobs: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="speclsp-model", daemon=True)
         self._thread.start()
         self._load_generation = 0  # only the latest load may set the state
-        self._engine: Engine | None = None  # used on the model thread only
+        self._engine = None  # the backend; used on the model thread only
         self.loaded: LoadedModels | None = None  # set with state READY
         self.state = IDLE
         self.error: str | None = None
@@ -83,7 +74,7 @@ class ModelWorker:
         self._jobs.put((future, fn, args, kwargs))
         return future
 
-    def load(self, config: EngineConfig, on_stage: Callable[[str], None] | None = None) -> concurrent.futures.Future:
+    def load(self, config: EngineConfig | object, on_stage: Callable[[str], None] | None = None) -> concurrent.futures.Future:
         """Load (or reload) the models in the background; the future resolves to the resulting state.
 
         The previous engine is released first, so two large models never sit in memory together.
@@ -105,9 +96,10 @@ class ModelWorker:
                 if generation == self._load_generation:
                     self.state, self.error = ERROR, str(exc)
                 return ERROR
-            if isinstance(engine, Engine):
+            engine = as_backend(engine)
+            if hasattr(engine, "describe"):
                 engine.claim_thread()  # a loader may have built it elsewhere: from now on only this thread uses it
-                loaded = LoadedModels.of(engine)
+                loaded = engine.describe()
             else:  # a stand-in from a test
                 loaded = LoadedModels(type(engine).__name__, "none", "cpu", "none", None)
             if generation == self._load_generation:
@@ -117,7 +109,7 @@ class ModelWorker:
         return self._submit(run)
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        """Run ``fn(engine, *args, **kwargs)`` on the model thread.
+        """Run ``fn(backend, *args, **kwargs)`` on the model thread.
 
         Raises:
             RuntimeError: when the models are not ready.

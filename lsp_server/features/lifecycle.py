@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from decoding.model_names import resolve_pair
+from lsp_server.backends.loading import BackendConfig
 from lsp_server.progress import begin_progress
 from lsp_server.settings import parse_settings
 from lsp_server.worker import READY
@@ -35,12 +36,21 @@ def _warn(ls: SpeclspServer, warnings: list[str]) -> None:
         ls.tracer.message(f"[speclsp] {warning}", types.MessageType.Warning)
 
 
+def _describe(config: BackendConfig) -> tuple[str, str, str]:
+    """(target, draft, where) for the messages before loading (reads package metadata only)."""
+    if config.remote is not None:
+        return config.remote.model or "remote model", "engine's own", config.remote.endpoint
+    pair = resolve_pair(config.engine.model, config.engine.draft_model)
+    return pair.target, pair.draft, config.engine.device
+
+
 async def load_models(ls: SpeclspServer) -> None:
-    """Load the configured models on the worker, reporting progress to the client when it can."""
+    """Load the configured backend (the models, or a remote engine's client) on the worker, reporting
+    progress to the client when it can."""
     loop = asyncio.get_running_loop()
-    config = ls.settings.engine_config()
-    pair = resolve_pair(config.model, config.draft_model)  # reads package metadata only; for the messages
-    token = await begin_progress(ls, "load", "speclsp: loading models", pair.target)
+    config = ls.settings.backend_config()
+    target, draft, where = _describe(config)
+    token = await begin_progress(ls, "load", "speclsp: loading models", target)
 
     def report(stage: str) -> None:  # on the event loop
         ls.tracer.message(f"[speclsp] {stage}")
@@ -50,9 +60,9 @@ async def load_models(ls: SpeclspServer) -> None:
     def on_stage(stage: str) -> None:  # on the worker thread
         loop.call_soon_threadsafe(report, stage)
 
-    ls.tracer.message(f"[speclsp] loading models: target={pair.target} draft={pair.draft} "
-                      f"device={config.device} dtype={config.dtype}")
-    ls.status.model_state("loading", f"loading {pair.target}", pair.target, pair.draft, config.device)
+    ls.tracer.message(f"[speclsp] loading models: backend={config.kind} target={target} draft={draft} "
+                      f"device={where} dtype={config.engine.dtype}")
+    ls.status.model_state("loading", f"loading {target}", target, draft, where)
     state = await asyncio.wrap_future(ls.worker.load(config, on_stage))
     if state == READY:
         loaded = ls.worker.loaded
@@ -72,7 +82,7 @@ async def load_models(ls: SpeclspServer) -> None:
 def register(server: SpeclspServer) -> None:
     @server.feature(types.INITIALIZE)
     def initialize(ls: SpeclspServer, params: types.InitializeParams) -> None:
-        ls.settings, warnings = parse_settings(params.initialization_options)
+        ls.settings, warnings = parse_settings(params.initialization_options, base=ls.base_settings)
         if params.trace is not None:  # pygls only follows $/setTrace
             ls.protocol.trace = params.trace
         ls.service.position_encoding = ls.workspace.position_encoding
@@ -93,7 +103,7 @@ def register(server: SpeclspServer) -> None:
         _warn(ls, _apply(ls, warnings))
         if ls.settings.index_config() != old.index_config():
             asyncio.ensure_future(ls.index.rebuild(ls))
-        if ls.settings.engine_config() != old.engine_config():
+        if ls.settings.backend_config() != old.backend_config():
             await load_models(ls)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)

@@ -29,6 +29,11 @@ export const SERVER_SETTINGS = [
   "indexExclude",
   "maxFileBytes",
   "indexMaxTokens",
+  "backend",
+  "endpoint",
+  "apiKeyEnv",
+  "remoteModel",
+  "remoteTimeoutSeconds",
   "nextEditRegionLines",
   "nextEditMaxNewTokens",
 ] as const;

@@ -1,0 +1,73 @@
+"""Which backend the settings name, and building it on the model thread (:func:`load_backend`).
+
+* ``local``: the speculative engine loads the target and draft models (:meth:`decoding.engine.Engine.load`).
+* ``openai`` / ``llamacpp-infill``: no model is loaded; generation goes to a remote serving engine
+  (:mod:`lsp_server.backends.openai`, :mod:`lsp_server.backends.llamacpp_infill`). The prompt is still
+  ours, budgeted in tokens and rendered in the model's FIM format, so the model's own tokenizer is
+  loaded: the one of the ``model`` setting (a pack, a model directory, a ``.gguf`` file or a hub id);
+  ``auto`` takes the installed Qwen2.5-Coder pack's (the 1.5B's, else the 0.5B's: one tokenizer for the
+  whole family). Without it the backend does not start (a clear error): a character budget would not
+  know the model's FIM tokens, and a prompt in another format would get poor completions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from decoding.engine import Engine, EngineConfig
+from lsp_server.backends.base import (
+    BACKENDS,
+    LLAMACPP_INFILL,
+    LOCAL,
+    OPENAI,
+    RemoteConfig,
+)
+
+__all__ = ["BACKENDS", "LLAMACPP_INFILL", "LOCAL", "OPENAI", "BackendConfig", "RemoteConfig", "load_backend"]
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """What the model thread loads; a change reloads it (:meth:`lsp_server.settings.Settings.backend_config`)."""
+
+    kind: str = LOCAL  # one of BACKENDS
+    engine: EngineConfig = field(default_factory=EngineConfig)  # the local models; for a remote backend, ``model`` names the tokenizer
+    remote: RemoteConfig | None = None  # for a remote backend
+
+
+def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str], None] | None = None):
+    """The backend ``config`` names (an :class:`EngineConfig` alone: the local engine).
+
+    Raises:
+        decoding.errors.ModelLoadError: a local model, or a remote backend's tokenizer, cannot load.
+        ValueError: an unknown backend, or a remote one without an endpoint or with a malformed one.
+    """
+    from lsp_server.backends.local import LocalBackend
+
+    if isinstance(config, EngineConfig):
+        config = BackendConfig(engine=config)
+    if config.kind == LOCAL:
+        return LocalBackend(Engine.load(config.engine, on_stage))
+    if config.kind not in BACKENDS:
+        raise ValueError(f"unknown backend {config.kind!r}; use one of {', '.join(BACKENDS)}")
+    if config.remote is None or not config.remote.endpoint:
+        raise ValueError(f"backend {config.kind!r} needs an endpoint (speclsp.endpoint: the remote engine's URL)")
+    return _load_remote(config.kind, config.remote, config.engine, on_stage)
+
+
+def _load_remote(kind: str, config: RemoteConfig, engine_config: EngineConfig,
+                 on_stage: Callable[[str], None] | None = None):
+    """The remote backend ``kind`` for ``config``, with the tokenizer of ``engine_config.model``.
+
+    Raises:
+        ModelLoadError: no tokenizer. ValueError: a malformed endpoint.
+    """
+    from lsp_server.backends.http_stream import Endpoint
+    from lsp_server.backends.llamacpp_infill import LlamaCppInfillBackend
+    from lsp_server.backends.openai import OpenAICompletionsBackend
+    from lsp_server.backends.remote import load_model_tokenizer
+
+    Endpoint.parse(config.endpoint)  # a malformed endpoint fails before the tokenizer loads
+    tokenizer, capabilities = load_model_tokenizer(engine_config.model, on_stage)
+    cls = LlamaCppInfillBackend if kind == LLAMACPP_INFILL else OpenAICompletionsBackend
+    return cls(config, tokenizer, capabilities)

@@ -1,0 +1,57 @@
+"""The local backend: today's speculative engine (:class:`decoding.engine.Engine`) behind the seam.
+
+A thin adapter: it changes nothing in how the engine generates, caches or drafts, and the
+generations keep their speculative statistics (per-source acceptance, passes, stage times).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
+
+from decoding.engine import Engine
+from decoding.generate import Generation, GenerationConfig
+from lsp_server.backends.base import LoadedModels
+
+if TYPE_CHECKING:
+    from lsp_server.prompt import Prompt
+    from lsp_server.rewrite_prompt import RewritePrompt
+
+LOCAL = "local"
+
+
+class LocalBackend:
+    """The local engine as a :class:`lsp_server.backends.base.GenerationBackend`."""
+
+    name = LOCAL
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.capabilities = engine.target.capabilities
+        self.completion_stop_ids = engine.completion_stop_ids
+
+    def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str,
+                 should_stop: Callable[[], bool], cache_key: Hashable = None) -> Generation:
+        """:meth:`decoding.engine.Engine.generate` on the prompt's ids (the engine's KV caches under ``cache_key``)."""
+        return self.engine.generate(prompt.prompt_ids, config, drafter, should_stop=should_stop, cache_key=cache_key)
+
+    def rewrite(self, prompt: RewritePrompt, config: GenerationConfig, drafter: str,
+                should_stop: Callable[[], bool], cache_key: Hashable = None) -> Generation:
+        """:meth:`decoding.engine.Engine.rewrite`, drafting from the region's own tokens first."""
+        return self.engine.rewrite(prompt.prompt_ids, prompt.draft_ids, config, drafter, should_stop=should_stop,
+                                   cache_key=cache_key)
+
+    def describe(self) -> LoadedModels:
+        model, engine = self.engine.target.model, self.engine
+        return LoadedModels(engine.target.name, engine.draft.name if engine.draft is not None else "none",
+                            str(model.device), str(model.dtype), engine.notice)
+
+    def claim_thread(self) -> None:
+        self.engine.claim_thread()
+
+
+def as_backend(backend_or_engine) -> object:
+    """A backend as it is; a bare :class:`~decoding.engine.Engine` (the command line, tests) wrapped in
+    :class:`LocalBackend`."""
+    return LocalBackend(backend_or_engine) if isinstance(backend_or_engine, Engine) else backend_or_engine
