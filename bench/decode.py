@@ -71,7 +71,8 @@ def run_ours(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_
     generation = engine.generate(prompt, config, mode)
     seconds = time.perf_counter() - start
     stats = generation.stats
-    return generation.token_ids, seconds, stats.target_passes, stats.drafted, stats.accepted
+    sources = {name: (source.rounds, source.drafted, source.accepted) for name, source in stats.sources.items()}
+    return generation.token_ids, seconds, stats.target_passes, stats.drafted, stats.accepted, sources
 
 
 @torch.inference_mode()
@@ -181,7 +182,8 @@ def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], re
     for workload, prompts in prompts_of.items():
         per_method: dict[str, dict] = {m: {"seconds": 0.0, "tokens": 0, "passes": 0, "drafted": 0, "accepted": 0,
                                            "identical": True, "within_noise": 0, "other": 0, "noise": 0.0,
-                                           "leads": [], "reports_passes": m in OURS or m in LLAMA_METHODS}
+                                           "leads": [], "reports_passes": m in OURS or m in LLAMA_METHODS,
+                                           "sources": {}}
                       for m in methods}
         bound_passes = bound_tokens = 0  # the lookup bound on our plain greedy outputs
         for index, (prompt, new_tokens) in enumerate(prompts):
@@ -194,7 +196,7 @@ def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], re
                     else:
                         runner = run_ours if method in OURS else run_theirs
                         result = runner(engine, method, prompt, new_tokens, max_draft)
-                    tokens, seconds, passes, drafted, accepted = result
+                    tokens, seconds, passes, drafted, accepted, *rest = result
                     timings[method].append(seconds)
                     if method in (LLAMA_PLAIN, "none") and method not in references:
                         references[method] = tokens
@@ -207,6 +209,9 @@ def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], re
                         row["passes"] += passes or 0
                         row["drafted"] += drafted or 0
                         row["accepted"] += accepted or 0
+                        for name, counts in (rest[0] if rest else {}).items():  # ours: per draft source
+                            kept = row["sources"].setdefault(name, [0, 0, 0])
+                            row["sources"][name] = [a + b for a, b in zip(kept, counts)]
                         reference = references.get(own_plain(method))
                         if reference is not None and tokens != reference:
                             row["identical"] = False
@@ -233,6 +238,9 @@ def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], re
                 "acceptance_rate": round(row["accepted"] / row["drafted"], 3) if row["reports_passes"] and row["drafted"]
                 else None,
                 "identical_to_plain": row["identical"],
+                # ours: per draft source, the rounds it drafted for, its tokens drafted and accepted
+                "sources": {name: dict(zip(("rounds", "drafted", "accepted"), counts))
+                            for name, counts in sorted(row["sources"].items())},
                 "divergences_within_noise": row["within_noise"], "other_divergences": row["other"],
                 "max_noise_logits": round(row["noise"], 4) if row["leads"] else None, "leads_at_divergence": row["leads"],
                 "lookup_bound_tokens_per_pass": round(bound_tokens / bound_passes, 3) if bound_passes else None,
@@ -252,7 +260,7 @@ def sweep(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]]) ->
         for k in SWEEP_K:
             seconds = tokens = passes = 0
             for prompt, new_tokens in prompts:
-                ids, s, p, _, _ = run_ours(engine, "ngram", prompt, new_tokens, k)
+                ids, s, p, *_ = run_ours(engine, "ngram", prompt, new_tokens, k)
                 seconds, tokens, passes = seconds + s, tokens + len(ids), passes + p
             out.append({"workload": workload, "k": k, "tokens_per_pass": round(tokens / max(passes, 1), 3),
                         "speedup_vs_plain": round((tokens / seconds) / (plain_tokens / plain_seconds), 3)})
@@ -320,6 +328,11 @@ def run(args: argparse.Namespace) -> int:
               + (f" (parted {row['divergences_within_noise']} times within the measured kernel noise, up to "
                  f"{row['max_noise_logits']} logits, {row['other_divergences']} times outside it)"
                  if not row['identical_to_plain'] else ""))
+    for row in rows:
+        if len(row["sources"]) > 1:  # a policy choosing between sources: how often each, and its gain
+            print(f"{row['workload']} {row['method']} per source: " + ", ".join(
+                f"{name} {c['rounds']} rounds, {c['accepted']}/{c['drafted']} accepted"
+                for name, c in row["sources"].items()))
     for workload in dict.fromkeys(row["workload"] for row in rows):
         bound = next(row["lookup_bound_tokens_per_pass"] for row in rows if row["workload"] == workload)
         print(f"{workload}: the best lookup drafter in hindsight would reach {bound} tokens per pass "

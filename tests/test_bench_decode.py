@@ -28,7 +28,10 @@ def test_bench_decode_reports_every_workload_and_method(tmp_path):
             assert row["identical_to_plain"] is True
             assert row["divergences_within_noise"] == row["other_divergences"] == 0
         if row["method"] == "none":
-            assert row["speedup_vs_plain"] == 1.0 and row["tokens_per_pass"] == 1.0
+            assert row["speedup_vs_plain"] == 1.0 and row["tokens_per_pass"] == 1.0 and row["sources"] == {}
+        if row["method"] in ("ngram", "tree"):  # the drafted tokens are the sum over their sources
+            assert sum(s["accepted"] for s in row["sources"].values()) == round(
+                (row["acceptance_rate"] or 0) * sum(s["drafted"] for s in row["sources"].values()))
         if row["method"] in ("ngram", "tree"):  # lookup drafters: never above the bound in hindsight
             assert row["tokens_per_pass"] <= row["lookup_bound_tokens_per_pass"] + 1e-3
     assert "speedup" in done.stdout
