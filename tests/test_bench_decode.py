@@ -29,9 +29,9 @@ def test_bench_decode_reports_every_workload_and_method(tmp_path):
             assert row["divergences_within_noise"] == row["other_divergences"] == 0
         if row["method"] == "none":
             assert row["speedup_vs_plain"] == 1.0 and row["tokens_per_pass"] == 1.0 and row["sources"] == {}
-        if row["method"] in ("ngram", "tree"):  # the drafted tokens are the sum over their sources
-            assert sum(s["accepted"] for s in row["sources"].values()) == round(
-                (row["acceptance_rate"] or 0) * sum(s["drafted"] for s in row["sources"].values()))
+        if row["method"] in ("ngram", "tree"):  # lookup drafts only, counted per source
+            assert row["sources"] and all(name.startswith(("ngram", "tree")) for name in row["sources"])
+            assert all(0 <= s["accepted"] <= s["drafted"] and s["rounds"] > 0 for s in row["sources"].values())
         if row["method"] in ("ngram", "tree"):  # lookup drafters: never above the bound in hindsight
             assert row["tokens_per_pass"] <= row["lookup_bound_tokens_per_pass"] + 1e-3
     assert "speedup" in done.stdout
