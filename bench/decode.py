@@ -289,30 +289,28 @@ def chosen_methods(asked: str, target: str) -> list[str]:
                                *([LLAMA_PLAIN, *llama] if llama else [])]))
 
 
+def _emit(rows: list[dict], out: Path | None, name: str) -> int:
+    """Print ``rows`` as JSON lines and, with ``out``, write them to ``out/name``; the exit status 0."""
+    for row in rows:
+        print(json.dumps(row))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     chosen_methods(args.methods, args.model)  # an unknown method fails before the models load
     if args.cost:
         from decoding.loading import resolve_device
 
-        rows = cost(args.cost_shapes.split(","), str(resolve_device(args.device)))
-        for row in rows:
-            print(json.dumps(row))
-        if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "cost.json").write_text(json.dumps(rows, indent=2) + "\n")
-        return 0
+        return _emit(cost(args.cost_shapes.split(","), str(resolve_device(args.device))), args.out, "cost.json")
     engine = Engine.load(EngineConfig(model=args.model, draft_model=args.draft_model, device=args.device,
                                       dtype=args.dtype, quantization=args.quantization))
     if args.step_cost:
         from bench.step_cost import step_costs
 
-        rows = step_costs(engine)
-        for row in rows:
-            print(json.dumps(row))
-        if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "step_cost.json").write_text(json.dumps(rows, indent=2) + "\n")
-        return 0
+        return _emit(step_costs(engine), args.out, "step_cost.json")
     methods = chosen_methods(args.methods, engine.target.name)
     repeats = 1 if args.quick else args.repeats
     prompts_of = workloads(engine.tokenizer, args.quick, args.seed, args.corpus, tuple(args.workloads.split(",")))

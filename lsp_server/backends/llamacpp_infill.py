@@ -19,7 +19,7 @@ from lsp_server.backends.base import LLAMACPP_INFILL
 from lsp_server.backends.http_stream import MalformedResponse
 from lsp_server.backends.openai import (
     OpenAICompletionsBackend,
-    engine_error,
+    checked_event,
     parse_timings,
 )
 from lsp_server.backends.remote import Chunk
@@ -33,9 +33,7 @@ def parse_infill_event(event: dict) -> Chunk:
     Raises:
         MalformedResponse: not a llama.cpp event. BackendError: an error event.
     """
-    if not isinstance(event, dict):
-        raise MalformedResponse(f"an event is not a JSON object: {str(event)[:80]}")
-    engine_error(event)
+    checked_event(event)
     content = event.get("content")
     if not isinstance(content, str):
         raise MalformedResponse(f"an event has no content: {str(event)[:80]}")

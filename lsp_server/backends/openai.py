@@ -56,9 +56,7 @@ def parse_completion_event(event: dict) -> Chunk:
     Raises:
         MalformedResponse: not a completions chunk. BackendError: an error event.
     """
-    if not isinstance(event, dict):
-        raise MalformedResponse(f"an event is not a JSON object: {str(event)[:80]}")
-    engine_error(event)
+    checked_event(event)
     choices = event.get("choices")
     if not isinstance(choices, list):
         raise MalformedResponse(f"an event has no choices: {str(event)[:80]}")
@@ -76,6 +74,18 @@ def parse_completion_event(event: dict) -> Chunk:
         if isinstance(details, dict):
             chunk.cached_tokens = _int(details.get("cached_tokens"))
     return parse_timings(chunk, event)
+
+
+def checked_event(event) -> dict:
+    """``event`` when it is a JSON object and no error event.
+
+    Raises:
+        MalformedResponse: not an object. BackendError: the engine's error event.
+    """
+    if not isinstance(event, dict):
+        raise MalformedResponse(f"an event is not a JSON object: {str(event)[:80]}")
+    engine_error(event)
+    return event
 
 
 def _int(value) -> int | None:
