@@ -338,10 +338,11 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
-        sweep_rows = sweep(engine, prompts_of)
-        (args.out / "sweep.json").write_text(json.dumps(sweep_rows, indent=2) + "\n")
+        sweep_rows = sweep(engine, prompts_of) if args.sweep else []
+        if sweep_rows:
+            (args.out / "sweep.json").write_text(json.dumps(sweep_rows, indent=2) + "\n")
         try:
-            for path in plot(sweep_rows, args.out) + plot_rates(rows, args.out):
+            for path in (plot(sweep_rows, args.out) if sweep_rows else []) + plot_rates(rows, args.out):
                 print(f"wrote {path}", file=sys.stderr)
         except ImportError:
             print("no plots: matplotlib is not installed (pip install 'speclsp[bench]')", file=sys.stderr)
@@ -370,7 +371,10 @@ def add_parser(kinds) -> None:
     decode.add_argument("--seed", type=int, default=0)
     decode.add_argument("--quick", action="store_true", help="3 prompts per workload, one repetition")
     decode.add_argument("--out", type=Path, default=None,
-                        help="write DIR/results.json, DIR/sweep.json and the PNG plots against k")
+                        help="write DIR/results.json, DIR/tokens_per_s.png and (unless --no-sweep) DIR/sweep.json "
+                             "and the PNG plots against k")
+    decode.add_argument("--no-sweep", dest="sweep", action="store_false",
+                        help="with --out: skip the n-gram sweep over k (it reruns every prompt 6 times)")
     decode.add_argument("--cost", action="store_true",
                         help="instead: verify(k)/decode(1) for random-init models of real shapes (DIR/cost.json)")
     decode.add_argument("--step-cost", action="store_true",
