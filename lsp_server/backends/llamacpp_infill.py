@@ -20,6 +20,7 @@ from lsp_server.backends.http_stream import MalformedResponse
 from lsp_server.backends.openai import (
     OpenAICompletionsBackend,
     checked_event,
+    optional_sampling_fields,
     parse_timings,
 )
 from lsp_server.backends.remote import Chunk
@@ -54,13 +55,8 @@ class LlamaCppInfillBackend(OpenAICompletionsBackend):
         body = {"input_prefix": prompt.prefix, "input_suffix": prompt.suffix,
                 "input_extra": [{"filename": label, "text": text} for label, text in prompt.extra],
                 "prompt": "", "n_predict": config.max_new_tokens, "temperature": sampling.temperature,
-                "stream": True, "stop": list(config.stop_strings), "cache_prompt": True}
-        if sampling.top_p < 1.0:
-            body["top_p"] = sampling.top_p
-        if sampling.top_k > 0:
-            body["top_k"] = sampling.top_k
-        if config.seed is not None:
-            body["seed"] = config.seed
+                "stream": True, "stop": list(config.stop_strings), "cache_prompt": True,
+                **optional_sampling_fields(config)}
         return body
 
     def generate(self, prompt, config: GenerationConfig, drafter: str, should_stop: Callable[[], bool],

@@ -76,6 +76,18 @@ def parse_completion_event(event: dict) -> Chunk:
     return parse_timings(chunk, event)
 
 
+def optional_sampling_fields(config: GenerationConfig) -> dict:
+    """``top_p``, ``top_k`` and ``seed`` of a request body, each only where it restricts sampling."""
+    sampling, fields = config.sampling, {}
+    if sampling.top_p < 1.0:
+        fields["top_p"] = sampling.top_p
+    if sampling.top_k > 0:
+        fields["top_k"] = sampling.top_k
+    if config.seed is not None:
+        fields["seed"] = config.seed
+    return fields
+
+
 def checked_event(event) -> dict:
     """``event`` when it is a JSON object and no error event.
 
@@ -106,13 +118,7 @@ class OpenAICompletionsBackend(RemoteBackend):
         sampling = config.sampling
         body = {"prompt": prompt_ids if self.token_prompts else self.tokenizer.decode(prompt_ids),
                 "max_tokens": config.max_new_tokens, "temperature": sampling.temperature, "stream": True,
-                "stop": list(config.stop_strings)}
-        if sampling.top_p < 1.0:
-            body["top_p"] = sampling.top_p
-        if sampling.top_k > 0:
-            body["top_k"] = sampling.top_k
-        if config.seed is not None:
-            body["seed"] = config.seed
+                "stop": list(config.stop_strings), **optional_sampling_fields(config)}
         if self.config.model:
             body["model"] = self.config.model
         return body
