@@ -60,7 +60,7 @@ from decoding.kv_cache import KVCacheState
 from decoding.model_packs import PACKS
 from decoding.quantization import QUANTIZATIONS
 
-OURS = ("none", "ngram", "tree", "model", "auto")
+OURS = ("none", "ngram", "tree", "model", "staged", "auto")
 THEIRS = ("hf_plain", "hf_prompt_lookup", "hf_assisted")
 
 

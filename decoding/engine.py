@@ -29,6 +29,7 @@ from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramConfig, NgramDrafter
 from decoding.drafters.ngram_store import NgramStore
 from decoding.drafters.region import REGION_SOURCE, RegionDrafter
+from decoding.drafters.staged import StagedDrafter
 from decoding.drafters.switching import SwitchingDrafter
 from decoding.generate import Generation, GenerationConfig, SpeculativeGenerator
 from decoding.kv_cache import KVCacheState
@@ -42,10 +43,11 @@ log = logging.getLogger(__name__)
 class DrafterMode(StrEnum):
     """Where drafts come from (see :meth:`Engine.drafter`)."""
 
-    AUTO = "auto"  # n-gram lookup, then the draft model, by expected gain
+    AUTO = "auto"  # n-gram lookup, staged, or the draft model, by expected gain per round
     NGRAM = "ngram"
     TREE = "tree"  # several n-gram candidates verified in one pass
     MODEL = "model"
+    STAGED = "staged"  # n-gram drafts checked and continued by the draft model (decoding.drafters.staged)
     NONE = "none"  # plain decoding through the same loop: the reference
 
 
@@ -167,12 +169,13 @@ class Engine:
         self._caches.pop(key, None)
 
     def drafter(self, mode: str, sources: NgramStore | dict[str, list[int]] | None = None) -> Drafter | None:
-        """The drafter for ``mode``: ``auto`` (n-gram, then the draft model), ``ngram``, ``tree`` (n-gram
-        candidate trees), ``model`` or ``none``. N-gram drafts come from the committed tokens and
+        """The drafter for ``mode``: ``auto`` (per round the n-gram lookup, the staged drafter or the draft
+        model, by expected gain), ``ngram``, ``tree`` (n-gram candidate trees), ``model``, ``staged`` (the
+        lookup checked and continued by the draft model) or ``none``. N-gram drafts come from the committed tokens and
         ``sources`` (default: the engine's store, see :meth:`sync_sources`).
 
         Raises:
-            ValueError: an unknown mode, or ``model`` without a draft model loaded.
+            ValueError: an unknown mode, or ``model``/``staged`` without a draft model loaded.
         """
         drafters = self._drafters(mode, sources)
         return SwitchingDrafter(drafters, self.policy) if drafters else None
@@ -190,12 +193,13 @@ class Engine:
         if mode == "tree":
             return [NgramDrafter(self.config.ngram, sources, max_candidates=TREE_CANDIDATES)]
         if self.model_drafter is None:
-            if mode == "model":
-                raise ValueError("drafter 'model' needs a draft model; none is loaded (draft model 'none')")
+            if mode in ("model", "staged"):
+                raise ValueError(f"drafter {mode!r} needs a draft model; none is loaded (draft model 'none')")
             return [ngram]
         if mode == "model":
             return [self.model_drafter]
-        return [ngram, self.model_drafter]
+        staged = StagedDrafter(ngram, self.model_drafter)
+        return [staged] if mode == "staged" else [ngram, staged, self.model_drafter]
 
     def rewrite_drafter(self, mode: str, prompt_len: int, draft_ids: list[int], config: GenerationConfig,
                         sources: NgramStore | dict[str, list[int]] | None = None) -> Drafter | None:

@@ -71,8 +71,10 @@ class Settings:
         "the same quantized model.", cli=True, enum=list(QUANTIZATIONS))
     trust_remote_code: bool = _setting(False, "Run a model repository's own Python code. Off unless you trust "
                                        "the repository.", cli=True)
-    drafter: str = _setting("auto", "Draft source: auto (n-gram lookup, then the draft model), ngram, tree "
-                            "(several n-gram candidates verified in one pass), model, or none (plain decoding).",
+    drafter: str = _setting("auto", "Draft source: auto (chosen per round by expected gain: n-gram lookup, staged or "
+                            "the draft model), ngram, tree (several n-gram candidates verified in one pass), model, "
+                            "staged (the n-gram draft checked and continued by the draft model), or none "
+                            "(plain decoding).",
                             cli=True, enum=list(DRAFTER_MODES))
     max_new_tokens: int = _setting(64, "Most tokens per completion.", cli=True, minimum=1, maximum=4096)
     temperature: float = _setting(0.0, "Sampling temperature; 0 is greedy.", cli=True, minimum=0, maximum=10)
@@ -250,8 +252,9 @@ def parse_settings(options: Any, base: Settings | None = None) -> tuple[Settings
             continue
         changes[spec.name] = value
     settings = replace(settings, **changes)
-    if settings.drafter == "model" and settings.draft_model == "none":
-        warnings.append("drafter 'model' needs a draft model but draftModel is 'none'; using drafter 'ngram'")
+    if settings.drafter in ("model", "staged") and settings.draft_model == "none":
+        warnings.append(f"drafter {settings.drafter!r} needs a draft model but draftModel is 'none'; "
+                        "using drafter 'ngram'")
         settings = replace(settings, drafter="ngram")
     return settings, warnings
 

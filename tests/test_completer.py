@@ -104,7 +104,7 @@ def test_every_drafter_mode_completes_the_same(engine):
     position = types.Position(line=line, character=0)
     texts = {mode: complete(engine, resolve_request(document, position, UTF16,
                                                     Settings(drafter=mode, max_new_tokens=24))).insert_text
-             for mode in ("none", "ngram", "model", "auto")}
+             for mode in ("none", "ngram", "model", "staged", "auto")}
     assert len(set(texts.values())) == 1, texts
 
 

@@ -66,7 +66,7 @@ def edited(tokens: list[int], rng: random.Random, vocab: int) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["ngram", "model", "auto", "tree"])
+@pytest.mark.parametrize("mode", ["ngram", "model", "staged", "auto", "tree"])
 def test_rewrite_of_random_regions_equals_plain_greedy(engine, target_model, mode):
     """Regions the target does not follow: drafts are mostly rejected, the pointer is mostly lost."""
     rng = random.Random(0)

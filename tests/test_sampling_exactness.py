@@ -38,7 +38,7 @@ class ArgmaxDrafter(ModelDrafter):
 
     def propose(self, context):
         new_ids = self.state.sync(context.token_ids)
-        logits = self._fit_vocab(self.state.forward(new_ids, logits_to_keep=1)[-1])
+        logits = self.fit_vocab(self.state.forward(new_ids, logits_to_keep=1)[-1])
         probs = processed_probs(logits, context.sampling)
         return Draft(tokens=[int(probs.argmax())], draft_probs=probs[None], source="argmax")
 

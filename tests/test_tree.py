@@ -231,7 +231,7 @@ class DropUnsureTokenDrafter:
         new_ids = inner.state.sync(context.token_ids)
         tokens, rows = [], []
         for _ in range(context.max_tokens):
-            probs = processed_probs(inner._fit_vocab(inner.state.forward(new_ids, logits_to_keep=1)[-1]), context.sampling)
+            probs = processed_probs(inner.fit_vocab(inner.state.forward(new_ids, logits_to_keep=1)[-1]), context.sampling)
             token = sample(probs, context.generator)
             if tokens and float(probs[token]) < context.min_confidence:
                 break

@@ -44,7 +44,7 @@ class ModelDrafter:
         self.min_confidence = min_confidence  # stop drafting at a token the draft gives less than this
         self.state = KVCacheState(model)
 
-    def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+    def fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         """``(n, V_draft)`` -> ``(n, V_target)`` logits, padding with -inf or cutting."""
         width = logits.shape[-1]
         if width == self.target_vocab_size:
@@ -58,26 +58,42 @@ class ModelDrafter:
         """Sample ``context.max_tokens`` tokens; ``draft_probs`` is ``(k, V_target)`` float32."""
         if context.max_tokens <= 0:
             return None
-        new_ids = self.state.sync(context.token_ids)
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
-        for _ in range(context.max_tokens):
-            logits = self._fit_vocab(self.state.forward(new_ids, logits_to_keep=1)[-1])  # (V,)
-            probs = processed_probs(logits, context.sampling)  # (V,)
-            threshold = max(self.min_confidence, context.min_confidence)
-            if tokens and threshold > 0:
-                # Decide from the distribution, before sampling: dropping a token *after* seeing it
-                # would leave the kept tokens distributed unlike the q verification assumes.
-                # Greedy "probs" are one-hot: the draft's belief is its plain softmax then.
-                belief = torch.softmax(logits.float(), -1) if context.sampling.greedy else probs  # (V,)
-                if float(belief.max()) < threshold:
-                    break  # unsure: end the draft here
+        self.extend(self.state.sync(context.token_ids), None, tokens, rows, context)
+        return Draft(tokens=tokens, draft_probs=torch.stack(rows), source="model")  # (k, V)
+
+    def extend(self, new_ids: list[int], next_logits: torch.Tensor | None, tokens: list[int],
+               rows: list[torch.Tensor], context: DraftContext) -> None:
+        """Draft on autoregressively after ``tokens`` until ``context.max_tokens`` or the draft is unsure,
+        appending to ``tokens`` and their processed distributions ``(V,)`` to ``rows``.
+
+        Args:
+            new_ids: ids to feed before the next token's logits (the cache holds everything before);
+                empty when ``next_logits`` is given.
+            next_logits: ``(V_target,)`` logits of the next position when already computed, else ``None``.
+        """
+        threshold = max(self.min_confidence, context.min_confidence)
+        while len(tokens) < context.max_tokens:
+            if next_logits is None:
+                next_logits = self.fit_vocab(self.state.forward(new_ids, logits_to_keep=1)[-1])  # (V,)
+            probs = processed_probs(next_logits, context.sampling)  # (V,)
+            if tokens and threshold > 0 and unsure(next_logits, probs, context, threshold):
+                break
             token = int(probs.argmax()) if context.sampling.greedy else sample(probs, context.generator)
             tokens.append(token)
             rows.append(probs)
-            new_ids = [token]
+            new_ids, next_logits = [token], None
         # The last draft token is not fed here: if it is accepted, the next sync feeds it.
-        return Draft(tokens=tokens, draft_probs=torch.stack(rows), source="model")  # (k, V)
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
         """Nothing to learn; the next :meth:`propose` rolls back the rejected tokens."""
+
+
+def unsure(logits: torch.Tensor, probs: torch.Tensor, context: DraftContext, threshold: float) -> bool:
+    """Whether the draft ends before the token of ``logits``/``probs`` (both ``(V,)``): its largest
+    probability is below ``threshold``. Decided from the distribution, before sampling: dropping a
+    token *after* seeing it would leave the kept tokens distributed unlike the q verification assumes.
+    Greedy "probs" are one-hot: the draft's belief is its plain softmax then."""
+    belief = torch.softmax(logits.float(), -1) if context.sampling.greedy else probs  # (V,)
+    return float(belief.max()) < threshold
