@@ -7,6 +7,7 @@ completion, as an editor's debounce would; when the shown completion starts with
 the typist types, the client asks again after that keystroke (what editors do while a suggestion is
 on screen: this is what the type-through cache answers). A pause ends when its time is up, answered
 or not: typing on supersedes the request in flight (the server cancels it), counted as cancelled.
+``--pause-ms`` sets the pauses (a slow model needs longer ones for any answer to be seen).
 
 Reported: end-to-end latency p50/p95/p99 (request sent to answer received, this client's clock), for
 single-line completions separately; server overhead (the server's total, from reading the request to
@@ -44,6 +45,17 @@ from lsp_server.completion_mode import decide_mode, suppresses_automatic
 MODEL_STAGES = ("prefill", "draft", "verify", "first_token", "stream")
 
 
+def pause_range(text: str) -> tuple[float, float]:
+    """``"LO,HI"`` milliseconds -> ``(LO, HI)``; argparse's type for ``--pause-ms``."""
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO,HI milliseconds, got {text!r}") from None
+    if not 0 < low <= high:
+        raise argparse.ArgumentTypeError(f"need 0 < LO <= HI, got {text!r}")
+    return low, high
+
+
 def pick_functions(count: int, seed: int) -> list[tuple[str, str, int, int]]:
     """(file name, text, start offset, end offset) of ``count`` held-out functions of 3-25 lines."""
     rng = random.Random(seed)
@@ -79,8 +91,9 @@ def percentile(values: list[float], q: float) -> float | None:
 class Typist:
     """Drives one server: opens documents, types, asks, measures."""
 
-    def __init__(self, client: LanguageClient, rng: random.Random):
+    def __init__(self, client: LanguageClient, rng: random.Random, pause_s: tuple[float, float] = (0.3, 0.7)):
         self.client, self.rng = client, rng
+        self.pause_s = pause_s  # how long the typist waits at a pause, drawn uniformly from this range (s)
         self.samples: list[dict] = []  # one per request sent
         self.version = 0
         self.started = time.perf_counter()  # the replay's clock: requests' ``sent_s`` count from here
@@ -128,7 +141,7 @@ class Typist:
             mode = decide_mode(typed, line_suffix, "python")
             suppressed = suppresses_automatic(typed[typed.rfind("\n") + 1:], line_suffix)
             future, sent = self._ask(uri, line, character)
-            budget = self.rng.uniform(0.3, 0.7)
+            budget = self.rng.uniform(*self.pause_s)
             done, _ = await asyncio.wait({future}, timeout=budget)
             # What the typist goes on to type: the length of an ideal completion (the rest of the line,
             # or for a multi-line request the rest of the function), whatever the model writes.
@@ -182,7 +195,7 @@ async def run_bench(args: argparse.Namespace) -> dict:
     trace_path = trace_dir / "trace.jsonl"
     client = await start_server(args, trace_path, "speclsp-bench")
     rng = random.Random(args.seed)
-    typist = Typist(client, rng)
+    typist = Typist(client, rng, (args.pause_ms[0] / 1000, args.pause_ms[1] / 1000))
     functions = pick_functions(args.functions, args.seed)
     for number, (name, text, start, end) in enumerate(functions, 1):
         print(f"typing function {number}/{len(functions)} of {name} ({end - start} characters)", file=sys.stderr)
@@ -317,6 +330,9 @@ def add_parser(kinds) -> argparse.ArgumentParser:
     lsp.add_argument("--max-new-tokens", type=int, default=32)
     lsp.add_argument("--seed", type=int, default=0)
     lsp.add_argument("--quick", action="store_true", help="two functions")
+    lsp.add_argument("--pause-ms", type=pause_range, default=(300.0, 700.0), metavar="LO,HI",
+                     help="the typist's wait at each pause, uniform in [LO, HI] ms (default 300,700: a quick "
+                          "typist, who supersedes slow answers; long pauses let every answer arrive)")
     lsp.add_argument("--backend", default="local", choices=("local", "openai", "llamacpp-infill"),
                      help="generate locally, or on a remote engine at --endpoint")
     lsp.add_argument("--endpoint", default="", help="the remote engine's base URL (remote backends)")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bench.lsp import percentile, pick_functions, request_rows, summarize
+from bench.lsp import pause_range, percentile, pick_functions, request_rows, summarize
 from tests.conftest import STARTER_FLAGS
 
 
@@ -54,6 +54,17 @@ def test_percentile():
     assert percentile([5.0], 99) == 5.0
     assert percentile([float(v) for v in range(1, 101)], 50) == 51.0
     assert percentile([float(v) for v in range(1, 101)], 95) == 95.0
+
+
+@pytest.mark.unit
+def test_pause_range_reads_low_and_high_milliseconds_and_refuses_the_rest():
+    import argparse
+
+    assert pause_range("300,700") == (300.0, 700.0)
+    assert pause_range("2000,2000") == (2000.0, 2000.0)
+    for bad in ("700,300", "0,10", "5", "a,b", "1,2,3"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            pause_range(bad)
 
 
 @pytest.mark.unit
