@@ -5,8 +5,9 @@ the function removed, and the function is typed back character by character: 30-
 pauses (300-700 ms) at line ends and at some word ends. At each pause the client asks for an inline
 completion, as an editor's debounce would; when the shown completion starts with the next character
 the typist types, the client asks again after that keystroke (what editors do while a suggestion is
-on screen: this is what the type-through cache answers). A pause ends when its time is up, answered
-or not: typing on supersedes the request in flight (the server cancels it), counted as cancelled.
+on screen: this is what the type-through cache answers; answered, the typist types on at once). A pause
+ends when its time is up, answered or not: typing on supersedes the request in flight (the server
+cancels it), counted as cancelled.
 ``--pause-ms`` sets the pauses (a slow model needs longer ones for any answer to be seen).
 
 Reported: end-to-end latency p50/p95/p99 (request sent to answer received, this client's clock), for
@@ -132,16 +133,16 @@ class Typist:
             shown = shown[1:] if matches else ""
             await asyncio.sleep(self.rng.uniform(0.030, 0.080))
             next_char = body[index + 1] if index + 1 < len(body) else ""
-            pause = char == "\n" or (char in " (.,:=" and self.rng.random() < 0.3)
-            if shown and next_char and shown[:1] == next_char:
-                pause = True  # a suggestion is on screen and still right: the editor asks again
+            think = char == "\n" or (char in " (.,:=" and self.rng.random() < 0.3)  # the typist stops
+            # A suggestion on screen and still right: the editor asks again, the typist types on.
+            pause = think or bool(shown and next_char and shown[:1] == next_char)
             if not pause or not next_char:
                 continue
             line_suffix = text[end:].split("\n", 1)[0]
             mode = decide_mode(typed, line_suffix, "python")
             suppressed = suppresses_automatic(typed[typed.rfind("\n") + 1:], line_suffix)
             future, sent = self._ask(uri, line, character)
-            budget = self.rng.uniform(*self.pause_s)
+            budget = self.rng.uniform(*self.pause_s) if think else self.rng.uniform(0.030, 0.080)
             done, _ = await asyncio.wait({future}, timeout=budget)
             # What the typist goes on to type: the length of an ideal completion (the rest of the line,
             # or for a multi-line request the rest of the function), whatever the model writes.
@@ -153,7 +154,8 @@ class Typist:
                 sample["latency_ms"] = 1000 * (time.perf_counter() - sent)
                 result = future.result()
                 shown = result.items[0].insert_text if result.items else ""
-                await asyncio.sleep(max(0.0, budget - sample["latency_ms"] / 1000))
+                if think:
+                    await asyncio.sleep(max(0.0, budget - sample["latency_ms"] / 1000))
             else:
                 shown = ""
                 sample["pending"] = future  # superseded by the next keystroke

@@ -339,7 +339,8 @@ class SpeculativeGenerator:
         timed = run.config.seed is None
         context = DraftContext(run.committed, budget, run.config.sampling, run.generator,
                                self.verify_cost.mean_ms if timed else 0.0, run.config.draft_min_confidence,
-                               self.verify_cost.relative_costs(budget) if timed else None)
+                               self.verify_cost.relative_costs(budget) if timed else None,
+                               run.config.max_new_tokens - len(run.output.token_ids))
         draft = drafter.propose(context)
         run.stats.ms["draft"] += 1000 * (time.perf_counter() - t0)
         return draft

@@ -28,6 +28,7 @@ class DraftContext:
     verify_ms: float = 0.0  # recent mean wall time of one target verify pass (0: not measured yet)
     min_confidence: float = 0.0  # model drafters stop before a token they give less probability than this
     verify_costs: tuple[float, ...] | None = None  # measured cost of a pass verifying k tokens over one, k = 0..
+    remaining_tokens: int = 0  # tokens the generation may still commit (0: unknown); amortises a drafter's catch-up
 
 
 @dataclass(frozen=True)

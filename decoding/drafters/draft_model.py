@@ -16,12 +16,16 @@ test catches exactly that). It saves draft steps the target would likely reject.
 
 from __future__ import annotations
 
+import time
+
 import torch
 from transformers import PreTrainedModel
 
 from decoding.drafters.base import Draft, DraftContext
 from decoding.kv_cache import KVCacheState
 from decoding.sampling import processed_probs, sample
+
+CATCH_UP_TOKENS = 32  # a pass feeding at least this many tokens is a catch-up (its time per token is measured)
 
 
 class ModelDrafter:
@@ -43,6 +47,7 @@ class ModelDrafter:
         self.target_vocab_size = target_vocab_size
         self.min_confidence = min_confidence  # stop drafting at a token the draft gives less than this
         self.state = KVCacheState(model)
+        self.catch_up_ms_per_token = 0.0  # EMA of ms per token fed in long catch-up passes (0: none measured)
 
     def fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         """``(n, V_draft)`` -> ``(n, V_target)`` logits, padding with -inf or cutting."""
@@ -53,6 +58,23 @@ class ModelDrafter:
             return logits[..., : self.target_vocab_size]
         pad = logits.new_full((*logits.shape[:-1], self.target_vocab_size - width), float("-inf"))
         return torch.cat([logits, pad], dim=-1)
+
+    def catch_up_ms(self, token_ids: list[int]) -> float:
+        """Expected ms to feed the committed tokens its KV cache lacks (a cold prompt: all of them)
+        before it can draft after ``token_ids``; 0 until a long catch-up pass has been measured."""
+        unseen = len(token_ids) - min(self.state.common_prefix(token_ids), len(token_ids) - 1)
+        return unseen * self.catch_up_ms_per_token if unseen >= CATCH_UP_TOKENS else 0.0
+
+    def feed(self, new_ids: list[int], logits_to_keep: int) -> torch.Tensor:
+        """``state.forward`` with the logits fitted to the target's vocabulary, ``(n, V_target)``; the
+        time of a pass over at least :data:`CATCH_UP_TOKENS` tokens updates :attr:`catch_up_ms_per_token`."""
+        start = time.perf_counter()
+        logits = self.fit_vocab(self.state.forward(new_ids, logits_to_keep=logits_to_keep))
+        if len(new_ids) >= CATCH_UP_TOKENS:
+            ms = 1000 * (time.perf_counter() - start) / len(new_ids)
+            self.catch_up_ms_per_token = ms if self.catch_up_ms_per_token == 0 else \
+                0.5 * self.catch_up_ms_per_token + 0.5 * ms
+        return logits
 
     def propose(self, context: DraftContext) -> Draft | None:
         """Sample ``context.max_tokens`` tokens; ``draft_probs`` is ``(k, V_target)`` float32."""
@@ -76,7 +98,7 @@ class ModelDrafter:
         threshold = max(self.min_confidence, context.min_confidence)
         while len(tokens) < context.max_tokens:
             if next_logits is None:
-                next_logits = self.fit_vocab(self.state.forward(new_ids, logits_to_keep=1)[-1])  # (V,)
+                next_logits = self.feed(new_ids, logits_to_keep=1)[-1]  # (V,)
             probs = processed_probs(next_logits, context.sampling)  # (V,)
             if tokens and threshold > 0 and unsure(next_logits, probs, context, threshold):
                 break

@@ -50,7 +50,7 @@ class StagedDrafter:
         state = self.model.state
         new_ids = state.sync(context.token_ids)
         base = len(state) + len(new_ids)  # cached positions once the committed tokens are fed
-        logits = self.model.fit_vocab(state.forward(new_ids + proposed, logits_to_keep=len(proposed) + 1))  # (L+1, V)
+        logits = self.model.feed(new_ids + proposed, len(proposed) + 1)  # (L+1, V)
         probs = processed_probs(logits, context.sampling)  # (L+1, V) float32
         threshold = max(self.model.min_confidence, context.min_confidence)
         # The first position (1..L) whose token the draft is too unsure of to draft: the lookup token
@@ -77,6 +77,10 @@ class StagedDrafter:
         if not tokens:
             return None
         return Draft(tokens=tokens, draft_probs=torch.stack(rows), source=f"staged:{lookup_source.split(':', 1)[-1]}")
+
+    def catch_up_ms(self, token_ids: list[int]) -> float:
+        """The draft model's catch-up before drafting (:meth:`ModelDrafter.catch_up_ms`)."""
+        return self.model.catch_up_ms(token_ids)
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
         """Nothing to learn; the next :meth:`propose` rolls the draft model's cache back."""

@@ -7,7 +7,9 @@ the draft model only when the lookup found nothing or the model's expected gain 
 sub-drafter it only sizes that drafter's drafts (k = 0, no draft, when drafting does not pay).
 
 It measures how long each model draft took and hands that to the policy's cost model; the verify pass
-costs come from the generator through :class:`decoding.drafters.base.DraftContext`.
+costs come from the generator through :class:`decoding.drafters.base.DraftContext`. A model source whose
+KV cache must first catch up on many committed tokens (a cold prompt) is used only when the passes it can
+save over the tokens left to generate outweigh that catch-up (measured per token by the model drafter).
 
 Two options serve sources unlike the others (the region drafter of a rewrite, :mod:`decoding.drafters.region`):
 ``caps`` keeps some sources below the round's budget, so one source may draft longer than the rest; and
@@ -60,6 +62,7 @@ class SwitchingDrafter:
             self.policy.set_verify_costs(context.verify_costs)
         plans = [self.policy.plan(d.name, min(context.max_tokens, self.caps.get(d.name, context.max_tokens)))
                  for d in self.drafters]
+        plans = self._amortised(plans, context)
         gains = [gain for _, gain in plans]
         for i, drafter in enumerate(self.drafters):
             k = plans[i][0]
@@ -79,6 +82,19 @@ class SwitchingDrafter:
             if self.idle_passed_over:
                 self.policy.idle(drafter.name)
         return None
+
+    def _amortised(self, plans: list[tuple[int, float]], context: DraftContext) -> list[tuple[int, float]]:
+        """``plans`` with a source set to (0, 1.0), not drafting, where catching its model up first (feeding
+        the committed tokens its cache lacks, e.g. a cold prompt) costs more than it can save over the
+        tokens the generation has left: passes saved = remaining * (1 / best gain without catch-up -
+        1 / its gain), against catch-up ms / verify ms. Kept as they are where a figure is unknown."""
+        if context.remaining_tokens <= 0 or context.verify_ms <= 0:
+            return plans
+        catch_up = [getattr(d, "catch_up_ms", None) for d in self.drafters]
+        costs = [f(context.token_ids) / context.verify_ms if f is not None else 0.0 for f in catch_up]
+        free_gain = max([1.0] + [gain for (_, gain), cost in zip(plans, costs) if cost == 0])
+        return [(0, 1.0) if cost > 0 and context.remaining_tokens * (1 / free_gain - 1 / gain) <= cost else (k, gain)
+                for (k, gain), cost in zip(plans, costs)]
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
         """Fold the outcome into the policy's acceptance estimate of the source that drafted, and pass

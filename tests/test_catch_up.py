@@ -1,0 +1,74 @@
+"""A model drafter whose KV cache must first catch up on many committed tokens (a cold prompt) is chosen
+only when the passes it can save over the tokens left outweigh that catch-up (the switching drafter);
+the model drafter measures the catch-up per token from its own long passes."""
+
+from __future__ import annotations
+
+import pytest
+
+from decoding.draft_length import DraftLengthPolicy
+from decoding.drafters.base import Draft, DraftContext
+from decoding.drafters.draft_model import CATCH_UP_TOKENS, ModelDrafter
+from decoding.drafters.switching import SwitchingDrafter
+from decoding.sampling import SamplingParams
+from tests.conftest import tiny_model
+
+
+class FakeSource:
+    """Proposes ``k`` copies of token 1 (deterministic); ``catch_up`` ms before it can (None: never)."""
+
+    def __init__(self, name: str, catch_up: float | None = None):
+        self.name = name
+        if catch_up is not None:
+            self.catch_up_ms = lambda token_ids: catch_up
+
+    def propose(self, context: DraftContext) -> Draft:
+        return Draft(tokens=[1] * context.max_tokens, draft_probs=None, source=self.name)
+
+    def observe(self, draft: Draft, num_accepted: int) -> None:
+        pass
+
+
+def chosen(catch_up_ms: float, remaining: int, lookup_alpha: float = 0.2) -> str | None:
+    policy = DraftLengthPolicy(max_k=8, verify_cost_per_token=0.05, priors={"lookup": lookup_alpha, "model": 0.9})
+    drafter = SwitchingDrafter([FakeSource("lookup"), FakeSource("model", catch_up_ms)], policy)
+    context = DraftContext(token_ids=list(range(100)), max_tokens=8, sampling=SamplingParams(), generator=None,
+                           verify_ms=100.0, remaining_tokens=remaining)
+    draft = drafter.propose(context)
+    return None if draft is None else draft.source
+
+
+@pytest.mark.unit
+def test_a_costly_catch_up_is_paid_only_where_enough_tokens_are_left_to_recover_it():
+    assert chosen(catch_up_ms=0.0, remaining=4) == "model"  # nothing to catch up: gain decides
+    assert chosen(catch_up_ms=2000.0, remaining=4) == "lookup"  # 20 passes of catch-up for 4 tokens
+    assert chosen(catch_up_ms=2000.0, remaining=4, lookup_alpha=0.0) is None  # nothing pays: plain decoding
+    assert chosen(catch_up_ms=2000.0, remaining=400) == "model"  # recovered over 400 tokens
+    # A lookup that hits often saves most passes itself: the catch-up must beat the lookup, not plain.
+    assert chosen(catch_up_ms=2000.0, remaining=60) == "model"
+    assert chosen(catch_up_ms=0.0, remaining=60, lookup_alpha=0.85) == "model"
+    assert chosen(catch_up_ms=2000.0, remaining=60, lookup_alpha=0.85) == "lookup"
+
+
+@pytest.mark.unit
+def test_unknown_remaining_tokens_or_verify_time_leave_the_choice_to_the_gains():
+    policy = DraftLengthPolicy(max_k=8, priors={"lookup": 0.05, "model": 0.9})
+    drafter = SwitchingDrafter([FakeSource("lookup"), FakeSource("model", 1e9)], policy)
+    for remaining, verify_ms in ((0, 100.0), (5, 0.0)):
+        context = DraftContext(token_ids=[1, 2, 3], max_tokens=8, sampling=SamplingParams(), generator=None,
+                               verify_ms=verify_ms, remaining_tokens=remaining)
+        assert drafter.propose(context).source == "model"
+
+
+@pytest.mark.model
+def test_the_model_drafter_measures_its_catch_up_and_knows_what_its_cache_lacks():
+    drafter = ModelDrafter(tiny_model(seed=3, vocab_size=24), 24)
+    prompt = [i % 24 for i in range(3 * CATCH_UP_TOKENS)]
+    context = DraftContext(token_ids=prompt, max_tokens=2, sampling=SamplingParams(), generator=None)
+    assert drafter.catch_up_ms(prompt) == 0.0  # nothing measured yet
+    draft = drafter.propose(context)
+    assert drafter.catch_up_ms_per_token > 0
+    assert drafter.catch_up_ms([*prompt, *draft.tokens]) == 0.0  # warm: only a token or two to feed
+    other = [(i * 7 + 1) % 24 for i in range(3 * CATCH_UP_TOKENS)]
+    expected = (len(other) - drafter.state.common_prefix(other)) * drafter.catch_up_ms_per_token
+    assert drafter.catch_up_ms(other) == pytest.approx(expected) and expected > 0
