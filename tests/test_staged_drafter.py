@@ -55,10 +55,12 @@ def context(max_tokens: int, sampling: SamplingParams = GREEDY, generator=None, 
     return DraftContext(token_ids=list(prompt), max_tokens=max_tokens, sampling=sampling, generator=generator)
 
 
-def count_passes(model) -> list[int]:
+@pytest.fixture
+def count_passes(draft_model):
     calls: list[int] = []
-    model.register_forward_hook(lambda *_: calls.append(1))
-    return calls
+    handle = draft_model.register_forward_hook(lambda *_: calls.append(1))
+    yield calls
+    handle.remove()
 
 
 @pytest.mark.model
@@ -68,7 +70,7 @@ def test_greedy_staged_draft_is_the_draft_models_own_whatever_the_lookup_propose
     full = ModelDrafter(draft_model, 24).propose(context(8)).tokens  # as far as the draft goes unchecked
     assert len(full) == 8 and (min_confidence == 0 or len(own) < 8)  # the thresholds do stop the draft
     rng = np.random.default_rng(0)
-    lookups = [full, full[:1], full[:3], *(full[:i] + [(full[i] + 1) % 24] + full[i + 1 :] for i in range(8)),
+    lookups = [*(full[:i] for i in range(1, 9)), *(full[:i] + [(full[i] + 1) % 24] + full[i + 1 :] for i in range(8)),
                *(rng.integers(0, 24, size=int(rng.integers(1, 9))).tolist() for _ in range(10))]
     for lookup in lookups:
         staged = StagedDrafter(FixedLookup(lookup), ModelDrafter(draft_model, 24, min_confidence=min_confidence))
@@ -79,9 +81,10 @@ def test_greedy_staged_draft_is_the_draft_models_own_whatever_the_lookup_propose
 
 
 @pytest.mark.model
-def test_an_agreeing_lookup_costs_one_draft_pass_instead_of_one_per_token(draft_model):
+def test_an_agreeing_lookup_costs_one_draft_pass_instead_of_one_per_token(draft_model, count_passes):
     own = ModelDrafter(draft_model, 24).propose(context(8)).tokens
-    calls = count_passes(draft_model)
+    calls = count_passes
+    calls.clear()
     StagedDrafter(FixedLookup(own), ModelDrafter(draft_model, 24)).propose(context(8))
     assert len(calls) == 1
     calls.clear()
@@ -90,6 +93,29 @@ def test_an_agreeing_lookup_costs_one_draft_pass_instead_of_one_per_token(draft_
     calls.clear()
     ModelDrafter(draft_model, 24).propose(context(8))
     assert len(calls) == 8
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("min_confidence", [0.0, 0.3])
+def test_sampled_draft_rows_are_the_draft_models_distributions_and_it_stops_where_unsure(draft_model, min_confidence):
+    generator = torch.Generator().manual_seed(1)
+    rng = np.random.default_rng(1)
+    stopped_early = 0
+    for _ in range(12):
+        lookup = rng.integers(0, 24, size=int(rng.integers(1, 7))).tolist()
+        staged = StagedDrafter(FixedLookup(lookup), ModelDrafter(draft_model, 24, min_confidence=min_confidence))
+        draft = staged.propose(context(6, SAMPLING, generator))
+        with torch.no_grad():
+            logits = draft_model(input_ids=torch.tensor([[*PROMPT, *draft.tokens]])).logits[0, len(PROMPT) - 1 :]
+        expected = processed_probs(logits, SAMPLING)  # (k + 1, V): row i is q(. | prompt, tokens[:i])
+        torch.testing.assert_close(draft.draft_probs, expected[: len(draft.tokens)], atol=1e-5, rtol=1e-4)
+        assert all(expected[i, token] > 0 for i, token in enumerate(draft.tokens))
+        confident = [float(expected[i].max()) >= min_confidence for i in range(1, len(draft.tokens))]
+        assert all(confident)  # every token after the first was drafted where the draft was sure enough
+        if len(draft.tokens) < 6:
+            stopped_early += 1
+            assert float(expected[len(draft.tokens)].max()) < min_confidence  # and it stopped where it was not
+    assert stopped_early > 0 if min_confidence else stopped_early == 0
 
 
 @pytest.mark.unit

@@ -48,6 +48,7 @@ class ModelDrafter:
         self.min_confidence = min_confidence  # stop drafting at a token the draft gives less than this
         self.state = KVCacheState(model)
         self.catch_up_ms_per_token = 0.0  # EMA of ms per token fed in long catch-up passes (0: none measured)
+        self._catch_up_passes = 0  # long passes seen
 
     def fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         """``(n, V_draft)`` -> ``(n, V_target)`` logits, padding with -inf or cutting."""
@@ -71,10 +72,19 @@ class ModelDrafter:
         start = time.perf_counter()
         logits = self.fit_vocab(self.state.forward(new_ids, logits_to_keep=logits_to_keep))
         if len(new_ids) >= CATCH_UP_TOKENS:
+            if logits.is_cuda:
+                torch.cuda.synchronize(logits.device)  # time the work, not its launch
             ms = 1000 * (time.perf_counter() - start) / len(new_ids)
-            self.catch_up_ms_per_token = ms if self.catch_up_ms_per_token == 0 else \
-                0.5 * self.catch_up_ms_per_token + 0.5 * ms
+            if self._catch_up_passes:  # the first long pass pays one-time setup: not a measurement
+                self.catch_up_ms_per_token = ms if self.catch_up_ms_per_token == 0 else \
+                    0.5 * self.catch_up_ms_per_token + 0.5 * ms
+            self._catch_up_passes += 1
         return logits
+
+    def relax_catch_up(self, fraction: float = 0.02) -> None:
+        """Lower the catch-up estimate by ``fraction``: called each round the estimate kept this drafter
+        out, so one slow measurement cannot keep it out for good (it is measured again once it drafts)."""
+        self.catch_up_ms_per_token *= 1.0 - fraction
 
     def propose(self, context: DraftContext) -> Draft | None:
         """Sample ``context.max_tokens`` tokens; ``draft_probs`` is ``(k, V_target)`` float32."""

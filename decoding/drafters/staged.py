@@ -7,8 +7,8 @@ norm(max(0, q_i - onehot(d_i))) and the model drafts on autoregressively. Every 
 exactly as the draft model's own draft, so ``draft_probs`` are its q rows and the target's verification
 stays exact, but the stretch the lookup got right costs one draft pass instead of one pass per token
 (Spector & Re 2023, "Accelerating LLM Inference with Staged Speculative Decoding", with n-gram lookup
-as the lowest stage; Leviathan et al. 2022 for the rule). Where no n-gram matches it proposes nothing,
-and the plain model drafter fills the round. The switching drafter sizes and chooses it like any
+as the lowest stage; Leviathan et al. 2022 for the rule). Where no n-gram matches it proposes nothing
+(in ``auto`` the plain model drafter may then fill the round). The switching drafter sizes and chooses it like any
 source (:mod:`decoding.drafters.switching`): it costs more than the free lookup and less per token than
 the plain model drafter.
 """
@@ -46,7 +46,7 @@ class StagedDrafter:
         lookup = self.ngram.propose(context)
         if lookup is None:
             return None
-        proposed = lookup.tokens
+        proposed = lookup.tokens[: context.max_tokens]
         state = self.model.state
         new_ids = state.sync(context.token_ids)
         base = len(state) + len(new_ids)  # cached positions once the committed tokens are fed
@@ -81,6 +81,10 @@ class StagedDrafter:
     def catch_up_ms(self, token_ids: list[int]) -> float:
         """The draft model's catch-up before drafting (:meth:`ModelDrafter.catch_up_ms`)."""
         return self.model.catch_up_ms(token_ids)
+
+    def relax_catch_up(self) -> None:
+        """See :meth:`ModelDrafter.relax_catch_up`."""
+        self.model.relax_catch_up()
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
         """Nothing to learn; the next :meth:`propose` rolls the draft model's cache back."""

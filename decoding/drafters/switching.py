@@ -57,15 +57,21 @@ class SwitchingDrafter:
 
     def propose(self, context: DraftContext) -> Draft | None:
         """The draft of the first source (cheapest first) that has one and scores at least as well as
-        every costlier source; ``None`` when no source proposes anything."""
+        every costlier source worth its catch-up (:meth:`_worth`); ``None`` when no source proposes anything."""
         if context.verify_costs is not None:
             self.policy.set_verify_costs(context.verify_costs)
         plans = [self.policy.plan(d.name, min(context.max_tokens, self.caps.get(d.name, context.max_tokens)))
                  for d in self.drafters]
-        plans = self._amortised(plans, context)
         gains = [gain for _, gain in plans]
+        catch_ups = self._catch_ups(context)
+        free_gain = 1.0  # the best gain of a source without catch-up that has a draft this round (plain: 1)
         for i, drafter in enumerate(self.drafters):
             k = plans[i][0]
+            if k > 0 and not self._worth(catch_ups[i], gains[i], free_gain, context):
+                k = 0
+                relax = getattr(drafter, "relax_catch_up", None)
+                if relax is not None:
+                    relax()  # a cost measured too high must not shut the source out for good
             if k <= 0:
                 self.policy.idle(drafter.name)
                 continue
@@ -76,25 +82,32 @@ class SwitchingDrafter:
                 continue
             if draft.draft_probs is not None and context.verify_ms > 0:
                 self.policy.update_cost(drafter.name, elapsed_ms / len(draft.tokens), context.verify_ms)
-            if i == len(self.drafters) - 1 or gains[i] >= max(gains[i + 1 :]):
+            if catch_ups[i] == 0:
+                free_gain = max(free_gain, gains[i])
+            later = [gains[j] for j in range(i + 1, len(self.drafters))
+                     if self._worth(catch_ups[j], gains[j], free_gain, context)]
+            if not later or gains[i] >= max(later):
                 self._last = (draft, drafter)
                 return draft
             if self.idle_passed_over:
                 self.policy.idle(drafter.name)
         return None
 
-    def _amortised(self, plans: list[tuple[int, float]], context: DraftContext) -> list[tuple[int, float]]:
-        """``plans`` with a source set to (0, 1.0), not drafting, where catching its model up first (feeding
-        the committed tokens its cache lacks, e.g. a cold prompt) costs more than it can save over the
-        tokens the generation has left: passes saved = remaining * (1 / best gain without catch-up -
-        1 / its gain), against catch-up ms / verify ms. Kept as they are where a figure is unknown."""
+    def _catch_ups(self, context: DraftContext) -> list[float]:
+        """Per source, its model's catch-up before it can draft (feeding the committed tokens its KV
+        cache lacks, e.g. a cold prompt) in verify passes; 0 for sources without one or where the verify
+        time is unknown (seeded runs: decisions must not depend on timing)."""
         if context.remaining_tokens <= 0 or context.verify_ms <= 0:
-            return plans
+            return [0.0] * len(self.drafters)
         catch_up = [getattr(d, "catch_up_ms", None) for d in self.drafters]
-        costs = [f(context.token_ids) / context.verify_ms if f is not None else 0.0 for f in catch_up]
-        free_gain = max([1.0] + [gain for (_, gain), cost in zip(plans, costs) if cost == 0])
-        return [(0, 1.0) if cost > 0 and context.remaining_tokens * (1 / free_gain - 1 / gain) <= cost else (k, gain)
-                for (k, gain), cost in zip(plans, costs)]
+        return [f(context.token_ids) / context.verify_ms if f is not None else 0.0 for f in catch_up]
+
+    @staticmethod
+    def _worth(catch_up: float, gain: float, free_gain: float, context: DraftContext) -> bool:
+        """Whether a source whose catch-up costs ``catch_up`` verify passes can recover it: the passes it
+        saves over the tokens left, remaining * (1 / free_gain - 1 / gain), exceed the catch-up
+        (``free_gain``: the best gain of the sources without catch-up that have a draft this round)."""
+        return catch_up <= 0 or context.remaining_tokens * (1 / free_gain - 1 / gain) > catch_up
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
         """Fold the outcome into the policy's acceptance estimate of the source that drafted, and pass
