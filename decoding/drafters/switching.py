@@ -1,9 +1,10 @@
 """The drafter that switches among draft sources and sizes each draft (every engine mode drafts through it).
 
-It wraps the cheap n-gram drafter and/or the draft-model drafter (one of them, or both in the ``auto``
-mode). Each round it asks :class:`decoding.draft_length.DraftLengthPolicy` for the draft length with
-the best expected gain per source, tries the n-gram lookup first (it costs nearly nothing), and uses
-the draft model only when the lookup found nothing or the model's expected gain is higher. With one
+It wraps the cheap n-gram drafter and/or the draft-model drafters (in the ``auto`` mode: the lookup, the
+staged drafter of :mod:`decoding.drafters.staged`, then the plain draft model). Each round it asks
+:class:`decoding.draft_length.DraftLengthPolicy` for the draft length with the best expected gain per
+source, tries the n-gram lookup first (it costs nearly nothing), and uses a costlier source only when the
+cheaper ones found nothing or its expected gain is higher. With one
 sub-drafter it only sizes that drafter's drafts (k = 0, no draft, when drafting does not pay).
 
 It measures how long each model draft took and hands that to the policy's cost model; the verify pass
