@@ -92,30 +92,26 @@ class ModelDrafter:
             return None
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
-        self.extend(self.state.sync(context.token_ids), None, tokens, rows, context)
+        self.extend(self.state.sync(context.token_ids), tokens, rows, context)
         return Draft(tokens=tokens, draft_probs=torch.stack(rows), source="model")  # (k, V)
 
-    def extend(self, new_ids: list[int], next_logits: torch.Tensor | None, tokens: list[int],
-               rows: list[torch.Tensor], context: DraftContext) -> None:
+    def extend(self, new_ids: list[int], tokens: list[int], rows: list[torch.Tensor], context: DraftContext) -> None:
         """Draft on autoregressively after ``tokens`` until ``context.max_tokens`` or the draft is unsure,
         appending to ``tokens`` and their processed distributions ``(V,)`` to ``rows``.
 
         Args:
-            new_ids: ids to feed before the next token's logits (the cache holds everything before);
-                empty when ``next_logits`` is given.
-            next_logits: ``(V_target,)`` logits of the next position when already computed, else ``None``.
+            new_ids: ids to feed before the next token's logits (the cache holds everything before).
         """
         threshold = max(self.min_confidence, context.min_confidence)
         while len(tokens) < context.max_tokens:
-            if next_logits is None:
-                next_logits = self.feed(new_ids, logits_to_keep=1)[-1]  # (V,)
-            probs = processed_probs(next_logits, context.sampling)  # (V,)
-            if tokens and threshold > 0 and unsure(next_logits, probs, context, threshold):
+            logits = self.feed(new_ids, logits_to_keep=1)[-1]  # (V,)
+            probs = processed_probs(logits, context.sampling)  # (V,)
+            if tokens and threshold > 0 and unsure(logits, probs, context, threshold):
                 break
             token = int(probs.argmax()) if context.sampling.greedy else sample(probs, context.generator)
             tokens.append(token)
             rows.append(probs)
-            new_ids, next_logits = [token], None
+            new_ids = [token]
         # The last draft token is not fed here: if it is accepted, the next sync feeds it.
 
     def observe(self, draft: Draft, num_accepted: int) -> None:

@@ -69,7 +69,7 @@ class StagedDrafter:
             return self._draft(tokens, rows, lookup.source)  # unsure at the next token, or full
         tokens.append(result.next_token)  # the residual sample, or the draft's own next token
         rows.append(probs[result.num_accepted])
-        self.model.extend([result.next_token], None, tokens, rows, context)
+        self.model.extend([result.next_token], tokens, rows, context)
         return self._draft(tokens, rows, lookup.source)
 
     @staticmethod
