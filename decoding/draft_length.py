@@ -21,16 +21,6 @@ is plain decoding, gain 1), so a source whose drafts keep failing gets short dra
 source that keeps hitting gets long ones. Alpha per source is an exponential moving average of
 accept/reject outcomes, starting from a prior. A source the policy has stopped drafting from drifts
 back toward the prior while it idles, so it is tried again later instead of being written off for good.
-
-Acceptance by position. The formula above assumes every draft token is accepted with the same alpha,
-independently. A lookup's drafts are not like that: a copied stretch is taken whole or refused at its
-first token, so the per-token alpha of a source that commits 8 tokens a pass can read 0.6, and its
-gain is underrated against costlier sources. Each source therefore also keeps, per draft position j,
-how often a draft reached j and how often it was refused there (recent rounds weigh more), the
-discrete-time hazard of the run of accepted tokens (Kaplan-Meier with censoring where a draft ended
-accepted). The expected tokens of a k-token draft are 1 + sum over j < k of the probability that the
-run reaches past j; each position's hazard is smoothed toward 1 - alpha with a fifth of a round, so
-with no rounds recorded this is exactly the formula above.
 """
 
 from __future__ import annotations
@@ -128,28 +118,6 @@ class SourceEstimate:
 
     alpha: float  # per-token acceptance probability (EMA)
     draft_cost_per_token: float = 0.0  # drafting one token, in target passes (0 for a lookup)
-    reached: list[float] = field(default_factory=list)  # [j]: decayed count of drafts whose token j was judged
-    refused: list[float] = field(default_factory=list)  # [j]: decayed count of drafts refused at token j
-
-    def survival(self, top: int, prior_rounds: float = 0.2) -> list[float]:
-        """``[s_0, ..., s_{top-1}]``: s_j is the probability that draft tokens 0..j are all accepted, from
-        the per-position hazards, each smoothed toward ``1 - alpha`` with weight ``prior_rounds`` (small:
-        the smoothing compounds over positions)."""
-        miss = 1.0 - min(self.alpha, 0.999)
-        out, alive = [], 1.0
-        for j in range(top):
-            if j < len(self.reached):
-                hazard = (self.refused[j] + prior_rounds * miss) / (self.reached[j] + prior_rounds)
-            else:
-                hazard = miss
-            alive *= 1.0 - hazard
-            out.append(alive)
-        return out
-
-    def fade(self, keep: float) -> None:
-        """Scale the per-position counts by ``keep`` (older rounds weigh less)."""
-        self.reached = [n * keep for n in self.reached]
-        self.refused = [n * keep for n in self.refused]
 
 
 @dataclass
@@ -162,9 +130,7 @@ class DraftLengthPolicy:
         decay: EMA weight kept per observed token outcome (closer to 1 = slower to adapt).
         verify_cost_per_token: extra cost of verifying one more token in a pass, in target passes;
             used where no measured cost table is set (:meth:`set_verify_costs`).
-        idle_relax: per round a source sits out, the fraction of the way its alpha, and the hazard at each
-            draft position, move back to the prior.
-        round_decay: weight kept per drafted round by the per-position counts (module docstring).
+        idle_relax: per round a source sits out, the fraction of the way its alpha moves back to the prior.
         priors: ``{source name: prior alpha}`` for sources expected to do better or worse than
             ``prior_alpha`` (e.g. the region of a rewrite, which copies most of its draft).
     """
@@ -174,7 +140,6 @@ class DraftLengthPolicy:
     decay: float = 0.9
     verify_cost_per_token: float = 0.05
     idle_relax: float = 0.05
-    round_decay: float = 0.9
     priors: dict[str, float] = field(default_factory=dict)
     estimates: dict[str, SourceEstimate] = field(default_factory=dict)
     verify_costs: tuple[float, ...] | None = None  # measured pass cost per k (see VerifyCost.relative_costs)
@@ -205,11 +170,12 @@ class DraftLengthPolicy:
         that gain; ``(0, 1.0)`` (plain decoding) when no length beats it. Ties go to the shorter draft.
         One pass over k (this runs every verify round)."""
         top = self.max_k if limit is None else min(self.max_k, limit)
+        alpha = min(self.estimate(source).alpha, 0.999)
         best_k, best_gain = 0, 1.0
-        tokens = 1.0  # expected tokens per pass of a k-token draft: 1 + s_0 + ... + s_{k-1}
-        for k, reach in enumerate(self.estimate(source).survival(top), start=1):
-            tokens += reach
-            gain = tokens / self.cost(source, k)
+        power = alpha  # alpha ** (k + 1), from k = 0
+        for k in range(1, top + 1):
+            power *= alpha
+            gain = (1.0 - power) / (1.0 - alpha) / self.cost(source, k)  # expected_tokens_per_pass / cost
             if gain > best_gain:
                 best_k, best_gain = k, gain
         return best_k, best_gain
@@ -228,24 +194,11 @@ class DraftLengthPolicy:
         outcomes = [1.0] * num_accepted + ([0.0] if num_accepted < num_drafted else [])
         for outcome in outcomes:
             est.alpha = self.decay * est.alpha + (1 - self.decay) * outcome
-        est.fade(self.round_decay)
-        judged = min(num_accepted + 1, num_drafted)  # tokens 0..judged-1 were judged
-        if len(est.reached) < judged:
-            est.reached.extend([0.0] * (judged - len(est.reached)))
-            est.refused.extend([0.0] * (judged - len(est.refused)))
-        for j in range(judged):
-            est.reached[j] += 1.0
-        if num_accepted < num_drafted:
-            est.refused[num_accepted] += 1.0
 
     def idle(self, source: str) -> None:
-        """A round in which ``source`` was not asked to draft: its alpha and its per-position hazards relax
-        toward the prior."""
+        """A round in which ``source`` was not asked to draft: its alpha relaxes toward the prior."""
         est = self.estimate(source)
         est.alpha += self.idle_relax * (self.prior(source) - est.alpha)
-        prior_miss = 1.0 - self.prior(source)
-        est.refused = [refused + self.idle_relax * (prior_miss * reached - refused)
-                       for reached, refused in zip(est.reached, est.refused)]  # each hazard, as alpha
 
     def set_verify_costs(self, costs: tuple[float, ...]) -> None:
         """The measured cost of a pass verifying k tokens over a one-token pass, for k = 0, 1, ...

@@ -96,8 +96,8 @@ def test_cheap_verification_makes_drafts_longer():
     lengths = []
     for cost in (0.01, 0.3):
         policy = DraftLengthPolicy(max_k=16, verify_cost_per_token=cost)
-        for drafted, accepted in [(8, 2), (8, 5), (8, 8), (8, 1), (8, 4)]:
-            policy.update("src", drafted, accepted)
+        for _ in range(5):
+            policy.update("src", 4, 3)
         lengths.append(policy.choose("src"))
     long, short = lengths
     assert long > short >= 1
@@ -211,32 +211,3 @@ def test_searched_sources_match_like_indexed_ones_and_leave_no_trace():
     assert len(mixed) == 0 and mixed._table == {} and mixed._searched == {}
     mixed.sync({"s": (1, [5, 6, 7, 5, 6, 8])}, searched={"s"})
     assert "s" in mixed._searched and next(mixed.matches([5, 6])) == (2, [("s", 5), ("s", 2)])
-
-
-def test_policy_predicts_tokens_per_pass_of_all_or_nothing_drafts_by_position():
-    """A lookup's draft is taken whole or refused at its first token. Here one round in three copies
-    12 tokens and two fail at once: 5 tokens per pass on average. The per-position model predicts 5
-    whatever round came last; the per-token EMA alpha in the formula swings with the last round (a miss
-    or two after a hit reads as a weak source, a hit as a strong one), shown here to miss by far."""
-    rounds = [(12, 12), (12, 0), (12, 0)] * 10
-    truth = sum(min(a + 1, 13) for _, a in rounds) / len(rounds)  # 5.0 tokens per pass
-    for phase in range(3):
-        policy = DraftLengthPolicy(max_k=12, verify_cost_per_token=0.0)
-        for drafted, accepted in rounds[phase:] + rounds[:phase]:
-            policy.update("lookup", drafted, accepted)
-        by_position = 1.0 + sum(policy.estimate("lookup").survival(12))
-        assert abs(by_position - truth) < 0.75, (phase, by_position)  # recent rounds weigh more
-    ema = []
-    for phase in range(3):
-        policy = DraftLengthPolicy(max_k=12)
-        for drafted, accepted in rounds[phase:] + rounds[:phase]:
-            policy.update("lookup", drafted, accepted)
-        ema.append(expected_tokens_per_pass(policy.estimate("lookup").alpha, 12))
-    assert max(abs(tokens - truth) for tokens in ema) > 2.0, ema
-
-
-def test_policy_without_rounds_is_the_formula():
-    policy = DraftLengthPolicy(max_k=8, prior_alpha=0.7, verify_cost_per_token=0.15)
-    k, gain = policy.plan("fresh")
-    assert gain == pytest.approx(max(expected_gain(0.7, j, 0.15) for j in range(1, 9)))
-    assert gain == pytest.approx(expected_gain(0.7, k, 0.15))
