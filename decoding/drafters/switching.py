@@ -4,8 +4,8 @@ It wraps the cheap n-gram drafter and/or the draft-model drafters (in the ``auto
 staged drafter of :mod:`decoding.drafters.staged`, then the plain draft model). Each round it asks
 :class:`decoding.draft_length.DraftLengthPolicy` for the draft length with the best expected gain per
 source, tries the n-gram lookup first (it costs nearly nothing), and uses a costlier source only when the
-cheaper ones found nothing or its expected gain is higher. With one
-sub-drafter it only sizes that drafter's drafts (k = 0, no draft, when drafting does not pay).
+cheaper ones found nothing or its expected gain is higher. With one sub-drafter it only sizes that
+drafter's drafts (k = 0, no draft, when drafting does not pay).
 
 It measures how long each model draft took and hands that to the policy's cost model; the verify pass
 costs come from the generator through :class:`decoding.drafters.base.DraftContext`. A model source whose
