@@ -16,7 +16,10 @@ starter-draft`` for the tiny one).
 Rows (same target, prompts and max tokens, greedy, end-of-sequence off so every method writes the
 same number of tokens): ours plain, ngram, tree, model, auto; transformers ``generate`` plain, with
 ``prompt_lookup_num_tokens`` and with ``assistant_model`` (the draft). Repetitions are interleaved
-(every method runs a prompt before the next prompt) and per-prompt medians are summed.
+(every method runs a prompt before the next prompt) and per-prompt medians are summed. Each of our
+methods learns its own draft-length estimates over a workload's prompts, fresh per workload, as a
+server running that mode alone would; what measures the machine (the target's verify pass times, the
+draft model's catch-up speed) is shared.
 
 Columns: tokens/s, speedup over our plain greedy in the same run, tokens per target pass and
 acceptance (ours; transformers does not report them), and whether the outputs equal our plain greedy;
@@ -54,6 +57,7 @@ from bench.decode_peers import LLAMA_METHODS, LLAMA_PLAIN, LlamaPeers
 from bench.decode_plots import plot, plot_rates
 from bench.step_cost import QWEN_SHAPES, cost
 from bench.workloads import WORKLOADS, workloads
+from decoding.draft_length import DraftLengthPolicy
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
 from decoding.kv_cache import KVCacheState
@@ -64,8 +68,12 @@ OURS = ("none", "ngram", "tree", "model", "staged", "auto")
 THEIRS = ("hf_plain", "hf_prompt_lookup", "hf_assisted")
 
 
-def run_ours(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_draft: int):
+def run_ours(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_draft: int,
+             policy: DraftLengthPolicy | None = None):
+    """One generation in ``mode`` from a cold cache, its draft lengths chosen by ``policy`` (``None``: a
+    fresh one): the caller keeps one policy per method, as a server running that mode alone would."""
     engine.reset_caches()  # every method starts cold: no prompt reuse between methods
+    engine.policy = policy if policy is not None else DraftLengthPolicy()
     config = GenerationConfig(max_new_tokens=new_tokens, max_draft_tokens=max_draft, stop_token_ids=frozenset())
     start = time.perf_counter()
     generation = engine.generate(prompt, config, mode)
@@ -186,6 +194,9 @@ def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], re
                                            "sources": {}}
                       for m in methods}
         bound_passes = bound_tokens = 0  # the lookup bound on our plain greedy outputs
+        # Per method its own acceptance and cost estimates, learnt over this workload's prompts only: a
+        # shared policy let one method's rounds (or an earlier workload's) decide another's drafts.
+        policies = {m: DraftLengthPolicy() for m in methods if m in OURS}
         for index, (prompt, new_tokens) in enumerate(prompts):
             references: dict[str, list[int]] = {}
             timings: dict[str, list[float]] = {m: [] for m in methods}
@@ -193,9 +204,10 @@ def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], re
                 for method in methods:
                     if method in LLAMA_METHODS:
                         result = peers.run(method, prompt, new_tokens)
+                    elif method in OURS:
+                        result = run_ours(engine, method, prompt, new_tokens, max_draft, policies[method])
                     else:
-                        runner = run_ours if method in OURS else run_theirs
-                        result = runner(engine, method, prompt, new_tokens, max_draft)
+                        result = run_theirs(engine, method, prompt, new_tokens, max_draft)
                     tokens, seconds, passes, drafted, accepted, *rest = result
                     timings[method].append(seconds)
                     if method in (LLAMA_PLAIN, "none") and method not in references:
@@ -252,15 +264,17 @@ SWEEP_K = (1, 2, 4, 8, 16)
 
 
 def sweep(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]]) -> list[dict]:
-    """Our n-gram drafter at fixed draft lengths k (no adaptation beyond the cap), per workload."""
+    """Our n-gram drafter with draft lengths capped at k (the policy may draft shorter), per workload;
+    each k learns its own estimates over the workload's prompts."""
     out = []
     for workload, prompts in prompts_of.items():
         plain_seconds = sum(run_ours(engine, "none", p, n, 0)[1] for p, n in prompts)
         plain_tokens = sum(n for _, n in prompts)
         for k in SWEEP_K:
             seconds = tokens = passes = 0
+            policy = DraftLengthPolicy()
             for prompt, new_tokens in prompts:
-                ids, s, p, *_ = run_ours(engine, "ngram", prompt, new_tokens, k)
+                ids, s, p, *_ = run_ours(engine, "ngram", prompt, new_tokens, k, policy)
                 seconds, tokens, passes = seconds + s, tokens + len(ids), passes + p
             out.append({"workload": workload, "k": k, "tokens_per_pass": round(tokens / max(passes, 1), 3),
                         "speedup_vs_plain": round((tokens / seconds) / (plain_tokens / plain_seconds), 3)})

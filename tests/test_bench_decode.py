@@ -156,6 +156,49 @@ def test_methods_run_each_familys_plain_first_and_llama_cpp_only_for_a_model_pac
 
 
 @pytest.mark.unit
+def test_each_method_learns_its_own_draft_lengths_per_workload(monkeypatch):
+    """A method's drafts must not follow another method's rounds (one shared policy let the draft
+    model's estimate from ``auto`` decide the ``model`` rows): one policy per method, kept over a
+    workload's prompts, fresh per workload; and the generation runs under the policy it was given."""
+    from types import SimpleNamespace
+
+    from bench import decode as bench_decode
+
+    seen: dict[tuple[str, str, int], object] = {}
+
+    def fake_run_ours(engine, method, prompt, new_tokens, max_draft, policy):
+        seen[(engine.workload, method, prompt[0])] = policy
+        return [1, 2, 3], 1.0, 3, 0, 0, {}
+
+    monkeypatch.setattr(bench_decode, "run_ours", fake_run_ours)
+    engine = SimpleNamespace(config=SimpleNamespace(ngram=SimpleNamespace(min_ngram=1)), workload="")
+    for workload in ("edit", "fim"):
+        engine.workload = workload
+        bench_decode.bench(engine, {workload: [([0], 3), ([1], 3)]}, 1, 4, ["none", "ngram", "model", "auto"])
+    for workload in ("edit", "fim"):
+        for method in ("none", "ngram", "model", "auto"):
+            assert seen[(workload, method, 0)] is seen[(workload, method, 1)]  # kept over the prompts
+    policies = {id(seen[(w, m, 0)]) for w in ("edit", "fim") for m in ("none", "ngram", "model", "auto")}
+    assert len(policies) == 8  # none shared between methods or workloads
+
+    class Engine:  # records the policy in force when it generates
+        policy = None
+        reset_caches = staticmethod(lambda: None)
+
+        def generate(self, prompt, config, mode):
+            self.used = self.policy
+            return SimpleNamespace(token_ids=[7], stats=SimpleNamespace(target_passes=1, drafted=0, accepted=0,
+                                                                       sources={}))
+
+    fake, policy = Engine(), bench_decode.DraftLengthPolicy()
+    monkeypatch.undo()
+    bench_decode.run_ours(fake, "model", [1], 1, 4, policy)
+    assert fake.used is policy
+    bench_decode.run_ours(fake, "model", [1], 1, 4)
+    assert fake.used is not policy and isinstance(fake.used, bench_decode.DraftLengthPolicy)
+
+
+@pytest.mark.unit
 def test_the_seed_formula_beside_the_sweep():
     from bench.decode_plots import expected_tokens_per_pass
 
