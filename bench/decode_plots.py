@@ -60,13 +60,15 @@ def plot_rates(rows: list[dict], out: Path) -> list[Path]:
     rate = {(r["workload"], r["method"]): r["tokens_per_s"] for r in rows}
     width = 0.8 / max(1, len(methods))
     figure, axes = plt.subplots(figsize=(max(6, 1.6 * len(workloads) * max(1, len(methods)) / 4), 4))
+    colors = plt.get_cmap("tab20").colors  # 20 distinct colours: the default cycle repeats after 10 methods
     for index, method in enumerate(methods):
         axes.bar([w + index * width for w in range(len(workloads))],
-                 [rate.get((workload, method), 0.0) for workload in workloads], width, label=method)
+                 [rate.get((workload, method), 0.0) for workload in workloads], width, label=method,
+                 color=colors[index % len(colors)])
     axes.set_xticks([w + 0.4 - width / 2 for w in range(len(workloads))], workloads)
     axes.set_ylabel("tokens/s")
     axes.grid(True, axis="y", alpha=0.3)
-    axes.legend(fontsize=7, ncol=2)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, not on them
     figure.tight_layout()
     path = out / "tokens_per_s.png"
     figure.savefig(path, dpi=100)
