@@ -34,9 +34,10 @@ from bench.corpus import corpus_files
 from decoding.engine import DRAFTER_MODES, Engine
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS
 from lsp_server.cli import cut_hole
+from lsp_server.backends.local import as_backend
 from lsp_server.completer import complete
-from lsp_server.documents import Document
-from lsp_server.positions import codec_for
+from lsp_server.workspace.documents import Document
+from lsp_server.workspace.positions import codec_for
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
                                max_draft_tokens=args.max_draft_tokens, draft_min_confidence=args.draft_min_confidence)
             started = time.perf_counter()
             request = resolve_request(holed, position, codec, settings)
-            completion = complete(engine, request)
+            completion = complete(as_backend(engine), request)
             latency_ms = 1000 * (time.perf_counter() - started)
             generation = completion.generation
             stats = generation.stats

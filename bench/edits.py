@@ -6,7 +6,7 @@ and ``keyword`` (one call's keyword argument renamed, the other calls of that ca
 from ``--corpus`` (default ``2026``: code written after the models were trained).
 
 Each case goes through the server's own path: the user's edit is recorded in the server's edit history
-(:mod:`lsp_server.edit_history`) and the region is rewritten by :func:`lsp_server.completer.rewrite`
+(:mod:`lsp_server.workspace.edit_history`) and the region is rewritten by :func:`lsp_server.completer.rewrite`
 (the rewrite prompt, the region as a draft, :meth:`decoding.engine.Engine.rewrite`, the minimal edits),
 twice from a cold cache: with plain greedy decoding (``none``, the reference) and with drafting
 (``--mode``, default ``auto``: the region, the n-gram store and the draft model). Those modules come
@@ -54,7 +54,8 @@ def _history_and_request(case: EditCase, settings):
 
     from lsprotocol import types
 
-    from lsp_server import documents, edit_history, positions, request
+    from lsp_server import request
+    from lsp_server.workspace import documents, edit_history, positions
 
     uri = f"file:///held-out/{case.source.replace(':', '_')}"
     old = documents.Document(uri, case.before, 0, "python")
@@ -74,6 +75,7 @@ def measure_case(engine, case: EditCase, args: argparse.Namespace, base_settings
 
     from bench.near_ties import parting
     from lsp_server import completer
+    from lsp_server.backends.local import as_backend
     from lsp_server.syntax import error_count
 
     rows, reference, expected = {}, None, None
@@ -83,7 +85,7 @@ def measure_case(engine, case: EditCase, args: argparse.Namespace, base_settings
         history, request = _history_and_request(case, settings)
         engine.reset_caches()
         started = time.perf_counter()
-        result = completer.rewrite(engine, request, history)
+        result = completer.rewrite(as_backend(engine), request, history)
         latency_ms = 1000 * (time.perf_counter() - started)
         if result is None:
             return None

@@ -23,8 +23,8 @@ from lsprotocol import types
 
 from bench.corpus import corpus_files, read_texts, rename_identifier
 from lsp_server.prompt import build_prompt
-from lsp_server.documents import Document
-from lsp_server.positions import codec_for
+from lsp_server.workspace.documents import Document
+from lsp_server.workspace.positions import codec_for
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 

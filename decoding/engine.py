@@ -11,7 +11,9 @@ State kept between calls, because completions for one document arrive keystroke 
   files), updated per source when the caller's version of a source changes.
 
 :meth:`Engine.generate` continues a prompt; :meth:`Engine.rewrite` rewrites a region (a next-edit
-suggestion), drafting first from the region's own tokens (:mod:`decoding.drafters.region`).
+suggestion), drafting first from the region's own tokens (:mod:`decoding.drafters.region`);
+:meth:`Engine.prefill` puts a prompt into a cache key's KV caches ahead of either. The configuration
+and result types live in :mod:`decoding.types` (torch-free) and are importable from here too.
 """
 
 from __future__ import annotations
@@ -20,56 +22,41 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 
 from decoding.draft_length import DraftLengthPolicy
 from decoding.drafters.base import Drafter
 from decoding.drafters.draft_model import ModelDrafter
-from decoding.drafters.ngram import NgramConfig, NgramDrafter
+from decoding.drafters.ngram import NgramDrafter
 from decoding.drafters.ngram_store import NgramStore
 from decoding.drafters.region import REGION_SOURCE, RegionDrafter
 from decoding.drafters.staged import StagedDrafter
 from decoding.drafters.switching import SwitchingDrafter
-from decoding.generate import Generation, GenerationConfig, SpeculativeGenerator
+from decoding.generate import SpeculativeGenerator
 from decoding.kv_cache import KVCacheState
 from decoding.loading import LoadedModel, check_draft_compatible, load_model
-from decoding.model_names import AUTO, NO_DRAFT, resolve_pair
+from decoding.model_names import NO_DRAFT, resolve_pair
+
+# Defined in decoding.types (torch-free); imported here too, so `from decoding.engine import ...` works.
+from decoding.types import (  # noqa: F401
+    DEFAULT_PREFILL_CHUNK_TOKENS,
+    DRAFTER_MODES,
+    DrafterMode,
+    EngineConfig,
+    Generation,
+    GenerationConfig,
+    NgramConfig,
+)
 
 log = logging.getLogger(__name__)
 
-
-
-class DrafterMode(StrEnum):
-    """Where drafts come from (see :meth:`Engine.drafter`)."""
-
-    AUTO = "auto"  # n-gram lookup, staged, or the draft model, by expected gain per round
-    NGRAM = "ngram"
-    TREE = "tree"  # several n-gram candidates verified in one pass
-    MODEL = "model"
-    STAGED = "staged"  # n-gram drafts checked and continued by the draft model (decoding.drafters.staged)
-    NONE = "none"  # plain decoding through the same loop: the reference
-
-
-DRAFTER_MODES = tuple(DrafterMode)
 TREE_CANDIDATES = 4  # distinct n-gram continuations verified together in "tree" mode
 PROMPT_CACHES = 4  # documents whose KV caches are kept between requests
 #: The region drafter's acceptance before any evidence: a rewrite copies most of its region (Cursor
 #: reports about 13x over plain decoding on its apply model), so its first drafts are already long.
 REGION_PRIOR_ALPHA = 0.9
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """Which models to load and how to draft."""
-
-    model: str = AUTO  # see decoding.model_names: auto (the real pair when installed), a pack, a path, a hub id
-    draft_model: str = AUTO  # as model, or "none"; auto: the target's registered partner, else none
-    device: str = "auto"  # auto: CUDA when available, else CPU
-    dtype: str = "auto"  # auto: see decoding.loading.resolve_dtype
-    quantization: str = "none"  # none, int8 or int4 weights for target and draft (CPU; decoding.quantization)
-    trust_remote_code: bool = False  # run a hub repository's own code: only if the user says so
-    ngram: NgramConfig = field(default_factory=NgramConfig)
+#: Modes that need a loaded draft model (without one, ``auto`` drafts from n-grams alone).
+NEEDS_DRAFT_MODEL = frozenset({DrafterMode.MODEL, DrafterMode.STAGED})
 
 
 class Engine:
@@ -182,24 +169,34 @@ class Engine:
 
     def _drafters(self, mode: str, sources: NgramStore | dict[str, list[int]] | None) -> list[Drafter]:
         """The sub-drafters of ``mode``, cheapest first (none for ``none``); errors as :meth:`drafter`."""
-        if mode not in DRAFTER_MODES:
-            raise ValueError(f"unknown drafter {mode!r}; use one of {', '.join(DRAFTER_MODES)}")
-        if mode == "none":
-            return []
-        sources = self.sources if sources is None else sources
-        ngram = NgramDrafter(self.config.ngram, sources)
-        if mode == "ngram":
-            return [ngram]
-        if mode == "tree":
-            return [NgramDrafter(self.config.ngram, sources, max_candidates=TREE_CANDIDATES)]
-        if self.model_drafter is None:
-            if mode in ("model", "staged"):
-                raise ValueError(f"drafter {mode!r} needs a draft model; none is loaded (draft model 'none')")
-            return [ngram]
-        if mode == "model":
-            return [self.model_drafter]
-        staged = StagedDrafter(ngram, self.model_drafter)
-        return [staged] if mode == "staged" else [ngram, staged, self.model_drafter]
+        try:
+            kind = DrafterMode(mode)
+        except ValueError:
+            raise ValueError(f"unknown drafter {mode!r}; use one of {', '.join(DRAFTER_MODES)}") from None
+        model = self.model_drafter
+        if model is None and kind in NEEDS_DRAFT_MODEL:
+            raise ValueError(f"drafter {kind.value!r} needs a draft model; none is loaded (draft model 'none')")
+
+        def lookup(max_candidates: int = 1) -> NgramDrafter:
+            return NgramDrafter(self.config.ngram, self.sources if sources is None else sources, max_candidates)
+
+        match kind:
+            case DrafterMode.NONE:
+                return []
+            case DrafterMode.NGRAM:
+                return [lookup()]
+            case DrafterMode.TREE:
+                return [lookup(TREE_CANDIDATES)]
+            case DrafterMode.MODEL:
+                return [model]
+            case DrafterMode.STAGED:
+                return [StagedDrafter(lookup(), model)]
+            case DrafterMode.AUTO:
+                if model is None:
+                    return [lookup()]
+                ngram = lookup()  # one lookup, shared by the staged drafter
+                return [ngram, StagedDrafter(ngram, model), model]
+        raise AssertionError(f"drafter mode {kind.value!r} has no case")
 
     def rewrite_drafter(self, mode: str, prompt_len: int, draft_ids: list[int], config: GenerationConfig,
                         sources: NgramStore | dict[str, list[int]] | None = None) -> Drafter | None:
@@ -239,6 +236,48 @@ class Engine:
         self.generator.state = states[0]
         if self.model_drafter is not None:
             self.model_drafter.state = states[1]
+
+    def prefill(
+        self,
+        prompt_ids: list[int],
+        cache_key: object = None,
+        should_stop: Callable[[], bool] | None = None,
+        chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+    ) -> int:
+        """Put ``prompt_ids`` into the KV caches of ``cache_key`` (the target's, then the draft model's
+        if one is loaded) ahead of a :meth:`generate` or :meth:`rewrite` of a prompt that starts with it.
+
+        Each cache reuses its longest common prefix with ``prompt_ids`` and is fed the rest but the last
+        token (:meth:`decoding.kv_cache.KVCacheState.prefill`; the cache holds the committed tokens
+        minus the last, so the generation's first pass feeds that one): a :meth:`generate` of this very
+        prompt then reports ``stats.prefill_reused == len(prompt_ids) - 1``.
+
+        Args:
+            prompt_ids: the prompt's token ids (at least one).
+            cache_key: as :meth:`generate`.
+            should_stop: polled before any work and between pieces; when it returns True the prefill
+                ends, and the pieces fed stay cached. ``None``: each cache is fed in one piece.
+            chunk_tokens: tokens per piece with ``should_stop`` (0: one piece).
+        Returns:
+            Prompt tokens fed into the target's cache by this call (the draft model's may differ).
+        Raises:
+            ValueError: if ``prompt_ids`` is empty or ``chunk_tokens`` negative.
+            RuntimeError: as :meth:`sync_sources`.
+        """
+        self._check_thread()
+        if not prompt_ids:
+            raise ValueError("the prompt must hold at least one token")
+        if chunk_tokens < 0:
+            raise ValueError(f"chunk_tokens must be >= 0 (0: one piece), got {chunk_tokens}")
+        if cache_key is not None:
+            self._use_cache(cache_key)
+        poll = should_stop if should_stop is not None else lambda: False
+        if poll():
+            return 0
+        target = self.generator.state.prefill(prompt_ids, chunk_tokens, should_stop)
+        if self.model_drafter is not None and not target.stopped and not poll():
+            self.model_drafter.state.prefill(prompt_ids, chunk_tokens, should_stop)
+        return target.fed
 
     def generate(
         self,

@@ -12,7 +12,7 @@
    one more token (residual sample or bonus token); the target's KV cache is then rolled back to
    "committed tokens minus the last" (the rollback is part of the timed pass: its cost is the pass's);
 3. commit (:meth:`_Run.commit`): the accepted tokens and that token are committed one at a time, each
-   checked against the stop tokens, the stop strings and ``max_new_tokens`` (shared cases D1-D3):
+   checked against the stop tokens, the stop strings and ``max_new_tokens`` (docs/cases.md D1-D3):
    nothing past a stop is committed or counted, and after the last round nothing past it stays cached;
 4. learn (:func:`_learn`): the stats count the round's draft, and the drafter observes how many
    tokens the target accepted.
@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 
 import torch
 from tokenizers.decoders import DecodeStream
@@ -35,70 +34,22 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from decoding.draft_length import VerifyCost
 from decoding.drafters.base import Draft, DraftContext, Drafter
 from decoding.kv_cache import KVCacheState
-from decoding.sampling import SamplingParams, processed_probs
+from decoding.sampling import processed_probs
 from decoding.stats import GenerationStats
 from decoding.tree import DraftTree, tree_attention, tree_verify
+# Defined in decoding.types (torch-free); imported here too, so `from decoding.generate import ...` works.
+from decoding.types import (  # noqa: F401
+    DEFAULT_MAX_DRAFT_TOKENS,
+    DEFAULT_MAX_REGION_DRAFT_TOKENS,
+    FINISH_CANCELLED,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    FinishReason,
+    Generation,
+    GenerationConfig,
+    SamplingParams,
+)
 from decoding.verify import VerifyResult, greedy_verify, speculative_verify
-
-#: The draft length cap per verify round unless a caller sets one. The adaptive policy picks k up to it
-#: from measured acceptance and pass costs, so the cap only bounds how far a long copy may run in one
-#: pass. `speclsp bench decode` (edit workload, starter pair, 2-core CPU): 5.41 tokens per pass at a cap
-#: of 8, 7.06 at 16; FIM and high-entropy text did not slow down.
-DEFAULT_MAX_DRAFT_TOKENS = 16
-DEFAULT_MAX_REGION_DRAFT_TOKENS = 64  # see GenerationConfig.max_region_draft_tokens
-
-class FinishReason(StrEnum):
-    """Why a generation ended (equal to its string, as logs and JSON write it)."""
-
-    STOP = "stop"  # a stop token or stop string ended the output
-    LENGTH = "length"  # max_new_tokens reached
-    CANCELLED = "cancelled"  # should_stop() turned true between rounds
-
-
-FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED = FinishReason.STOP, FinishReason.LENGTH, FinishReason.CANCELLED
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    """What to generate and how."""
-
-    max_new_tokens: int = 64  # output tokens at most (a stop token counts)
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    stop_strings: tuple[str, ...] = ()  # the text is cut before the first occurrence of any of these
-    stop_token_ids: frozenset[int] | None = None  # None: the tokenizer's and model's end-of-sequence ids
-    max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS  # k at most per round
-    #: k at most per round for the region drafter of a rewrite (:meth:`decoding.engine.Engine.rewrite`; other
-    #: generations ignore it): long, so one pass can check the whole rest of a region the rewrite rejoined.
-    max_region_draft_tokens: int = DEFAULT_MAX_REGION_DRAFT_TOKENS
-    draft_min_confidence: float = 0.0  # a draft model stops drafting at a token it gives less than this
-    seed: int | None = None  # random source for sampling, and timing-independent drafting; None: nondeterministic
-    #: With ``should_stop``, the prompt is prefilled in pieces of this many tokens and ``should_stop`` is
-    #: polled between them, so a superseded request stops within one piece; the pieces already fed stay
-    #: cached for the next prompt that shares them. 0: one piece.
-    prefill_chunk_tokens: int = 128
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if min(self.max_draft_tokens, self.max_region_draft_tokens) < 0:
-            raise ValueError(f"max_draft_tokens and max_region_draft_tokens must be >= 0, got "
-                             f"{self.max_draft_tokens} and {self.max_region_draft_tokens}")
-        if self.prefill_chunk_tokens < 0:
-            raise ValueError(f"prefill_chunk_tokens must be >= 0, got {self.prefill_chunk_tokens}")
-        if not 0.0 <= self.draft_min_confidence <= 1.0:
-            raise ValueError(f"draft_min_confidence must be in [0, 1], got {self.draft_min_confidence}")
-        if any(not s for s in self.stop_strings):
-            raise ValueError("stop strings must be non-empty")
-
-
-@dataclass
-class Generation:
-    """The output of one generation."""
-
-    token_ids: list[int]  # committed new tokens, a final stop token included
-    text: str  # decoded text without special tokens, cut before a stop string
-    finish_reason: FinishReason
-    stats: GenerationStats
 
 
 def end_of_sequence_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
@@ -113,7 +64,7 @@ def end_of_sequence_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
 
 
 class _Output:
-    """Commits tokens one at a time and decides when to stop (cases D1-D3).
+    """Commits tokens one at a time and decides when to stop (docs/cases.md D1-D3).
 
     Stop strings are looked for in text decoded incrementally (tokenizers' ``DecodeStream``: one step
     per token instead of decoding the whole output again), and only in its new part; the final text
@@ -302,27 +253,21 @@ class SpeculativeGenerator:
         return generator
 
     def _prefill(self, run: _Run, should_stop: Callable[[], bool] | None) -> None:
-        """Feed the uncached prompt tokens but the last (the first round feeds that one) into the cache.
+        """Feed the uncached prompt tokens but the last (the first round feeds that one) into the cache
+        (:meth:`KVCacheState.prefill`).
 
         With ``should_stop``, in pieces of ``config.prefill_chunk_tokens`` tokens, polling it between
         pieces; when it turns true the output finishes as cancelled and the pieces fed stay cached.
         Adds the prefill time (ms) and the reused / computed prompt token counts to the stats.
         """
-        pending = self.state.sync(run.committed)  # uncached prompt tokens
-        run.stats.prefill_reused = len(run.committed) - len(pending)
-        run.stats.prefill_computed = len(pending)
-        if len(pending) <= 1:
-            return
         t0 = time.perf_counter()
-        to_feed = pending[:-1]
-        chunk = run.config.prefill_chunk_tokens
-        step = chunk if should_stop is not None and chunk else len(to_feed)
-        for start in range(0, len(to_feed), step):
-            if start and should_stop():  # superseded: what is cached so far serves the next prompt
-                run.output.finish_reason = FINISH_CANCELLED
-                break
-            self.state.forward(to_feed[start : start + step], logits_to_keep=1)
-        run.stats.ms["prefill"] += 1000 * (time.perf_counter() - t0)
+        prefill = self.state.prefill(run.committed, run.config.prefill_chunk_tokens, should_stop)
+        run.stats.prefill_reused = prefill.reused
+        run.stats.prefill_computed = len(run.committed) - prefill.reused  # the last: fed by the first round
+        if prefill.stopped:
+            run.output.finish_reason = FINISH_CANCELLED
+        if prefill.fed:
+            run.stats.ms["prefill"] += 1000 * (time.perf_counter() - t0)
 
     def _draft(self, run: _Run, drafter: Drafter | None, budget: int) -> Draft | None:
         """The drafter's proposal of at most ``budget`` tokens after the committed ones, or ``None``

@@ -9,31 +9,28 @@ A draft model's cache is synchronised the same way before it drafts (:meth:`KVCa
 anything past the longest common prefix with the committed tokens (rejected draft tokens) is rolled
 back, and committed tokens it has not seen (accepted tokens, the residual or bonus token, the last
 draft token when all were accepted) are fed. Syncing by common prefix also lets a later request
-reuse the prompt prefix already in the cache.
+reuse the prompt prefix already in the cache. :meth:`KVCacheState.prefill` puts a prompt into a cache
+in that state (the prompt minus its last token), for the generation loop and for ``Engine.prefill``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from decoding.types import common_prefix_length  # defined there (torch-free); imported here too
 
-def common_prefix_length(a: Sequence, b: Sequence) -> int:
-    """Length of the longest common prefix of two sliceable sequences (token lists, strings): a binary
-    search over slice comparisons, which run in C, after one check of the whole shorter length."""
-    limit = min(len(a), len(b))
-    if a[:limit] == b[:limit]:
-        return limit
-    lo, hi = 0, limit
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+
+@dataclass(frozen=True)
+class Prefill:
+    """What :meth:`KVCacheState.prefill` did."""
+
+    reused: int  # tokens of the prompt already cached (the longest common prefix, the last token excluded)
+    fed: int  # tokens fed into the cache by this call (at most len(prompt) - 1 - reused)
+    stopped: bool  # should_stop returned True before everything was fed
 
 
 class KVCacheState:
@@ -81,6 +78,27 @@ class KVCacheState:
         keep = min(self.common_prefix(token_ids), len(token_ids) - 1)
         self.rollback(keep)
         return token_ids[keep:]
+
+    def prefill(self, token_ids: list[int], chunk_tokens: int = 0,
+                should_stop: Callable[[], bool] | None = None) -> Prefill:
+        """Bring the cache to ``token_ids`` minus the last token (the loop's invariant: the next pass
+        feeds that one), reusing the longest cached common prefix (:meth:`sync`) and feeding the rest.
+
+        With ``should_stop`` the rest is fed in pieces of ``chunk_tokens`` tokens (0: one piece) and
+        ``should_stop`` is polled between pieces, not before the first; when it returns True feeding
+        stops and the pieces fed stay cached. Without it there is nothing to poll: one piece.
+
+        Raises:
+            ValueError: if ``token_ids`` is empty.
+        """
+        pending = self.sync(token_ids)  # the uncached tokens, the last always among them
+        reused, to_feed = len(token_ids) - len(pending), pending[:-1]
+        step = chunk_tokens if should_stop is not None and chunk_tokens > 0 else max(len(to_feed), 1)
+        for start in range(0, len(to_feed), step):
+            if start and should_stop():  # superseded: what is cached so far serves the next prompt
+                return Prefill(reused, start, stopped=True)
+            self.forward(to_feed[start : start + step], logits_to_keep=1)
+        return Prefill(reused, len(to_feed), stopped=False)
 
     def keep(self, prefix: int, extra: list[int]) -> None:
         """Keep the first ``prefix`` cached positions and then the positions ``extra`` (ascending

@@ -24,10 +24,10 @@ import logging
 import torch
 
 from decoding.errors import ModelLoadError
+from decoding.types import QUANTIZATIONS  # defined there (torch-free); imported here too
 
 log = logging.getLogger(__name__)
 
-QUANTIZATIONS = ("none", "int8", "int4")
 INT4_GROUP_SIZE = 128  # input channels per int4 scale and zero point (torchao's default; 32 and 64 also work)
 INSTALL_HINT = "pip install 'speclsp[quantization]' (torchao)"
 

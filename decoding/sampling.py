@@ -1,4 +1,4 @@
-"""Sampling parameters and the processed distribution that both draft and target sample from.
+"""The processed distribution that both draft and target sample from (:class:`decoding.types.SamplingParams`).
 
 Speculative sampling is exact only if the draft probabilities used in the acceptance ratio are the
 distribution the draft token was actually sampled from, and the target probabilities are the
@@ -9,33 +9,9 @@ logits processors: temperature, then top-k, then top-p.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How to turn logits into a next-token distribution.
-
-    ``temperature == 0`` means greedy decoding: the distribution is one-hot on the argmax.
-    """
-
-    temperature: float = 0.0  # 0: greedy; > 0: divide logits by it before softmax
-    top_k: int = 0  # 0: off; otherwise keep the k most likely tokens
-    top_p: float = 1.0  # 1.0: off; otherwise keep the smallest set whose mass reaches top_p
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 for greedy), got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 turns it off), got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1] (1 turns it off), got {self.top_p}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
+from decoding.types import SamplingParams  # defined there (torch-free); imported here too
 
 
 def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

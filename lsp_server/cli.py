@@ -31,8 +31,8 @@ from lsprotocol import types  # noqa: E402
 
 from decoding.errors import ModelLoadError  # noqa: E402
 from lsp_server.backends.base import BackendError  # noqa: E402
-from lsp_server.documents import Document  # noqa: E402
-from lsp_server.positions import PositionError, codec_for  # noqa: E402
+from lsp_server.workspace.documents import Document  # noqa: E402
+from lsp_server.workspace.positions import PositionError, codec_for  # noqa: E402
 from lsp_server.settings import add_setting_flags, settings_from_flags  # noqa: E402
 
 #: Settings ``speclsp serve`` takes as flags: where generation happens (the editor's settings still apply on top).
@@ -94,9 +94,8 @@ def cut_hole(document: Document, position: types.Position, codec, num_lines: int
 
 def run_complete(args: argparse.Namespace) -> int:
     from lsp_server.backends.loading import load_backend
-    from lsp_server.completer import complete
-    from lsp_server.draft_sources import DraftSources
     from lsp_server.request import resolve_request
+    from lsp_server.session import ModelSession
 
     path, line, column = parse_location(args.location)
     text = read_source(path)
@@ -120,11 +119,11 @@ def run_complete(args: argparse.Namespace) -> int:
     if notice:
         print(f"speclsp: note: {notice}", file=sys.stderr)
     request = resolve_request(document, position, codec, settings)
-    sources = DraftSources()
+    session = ModelSession(backend)
     results = []
     for i in range(args.num_samples):
         seed = None if args.seed is None else args.seed + i
-        completion = complete(backend, request, sources=sources, seed=seed)
+        completion = session.complete(request, seed=seed)
         results.append(completion)
         print(f"[speclsp] sample {i}: {completion.generation.stats.summary()} "
               f"finish={completion.generation.finish_reason}", file=sys.stderr)
@@ -150,7 +149,7 @@ def run_complete(args: argparse.Namespace) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     from lsp_server.server import create_server
-    from lsp_server.transport import serve_stdio
+    from lsp_server.protocol.transport import serve_stdio
 
     # stdout is the LSP transport: give pygls its own handle on it, then send anything else that
     # writes to file descriptor 1 or sys.stdout (a library, a model's remote code) to stderr.
@@ -204,7 +203,12 @@ def register_commands(commands, entry_points=None) -> None:
             command.set_defaults(run=_unavailable(name, exc))
 
 
-def build_parser() -> argparse.ArgumentParser:
+BUILT_IN = ("serve", "complete")
+
+
+def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
+    """The command line; ``plugins``: with the entry points' commands (importing them imports their
+    modules: ``bench`` imports the engine, and with it torch)."""
     parser = argparse.ArgumentParser(prog="speclsp", description="Local code completion with exact speculative decoding.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -224,12 +228,16 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--json", action="store_true", help="print each completion's text, token ids and stats as JSON")
     comp.set_defaults(run=run_complete)
 
-    register_commands(commands)
+    if plugins:
+        register_commands(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    # serve and complete need no plugin: a server on a remote engine then never imports torch
+    args = build_parser(plugins=command not in BUILT_IN).parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpcore", "urllib3", "filelock", "pygls"):

@@ -18,17 +18,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from decoding.generate import FinishReason, Generation
+from decoding.types import FinishReason, Generation
 from lsp_server.backends.base import GenerationBackend
-from lsp_server.backends.local import as_backend
 from lsp_server.completion_mode import Mode, decide_mode
-from lsp_server.documents import Document
+from lsp_server.workspace.documents import Document
 from lsp_server.draft_sources import DraftSources
-from lsp_server.positions import line_ending, to_document_text
+from lsp_server.workspace.positions import line_ending, to_document_text
 from lsp_server.postprocess import TrimContext, trim
 from lsp_server.prompt import Prompt, build_prompt
 from lsp_server.related_files import context_documents, label, related_files
-from lsp_server.repo_index import RepoIndex
+from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest
 from lsp_server.rewrite_prompt import RewritePrompt, build_rewrite_prompt
 from lsp_server.text_edits import Replacement, minimal_edits
@@ -63,7 +62,8 @@ def complete(
     """Complete at the request's cursor: prompt, mode, draft sources, generation, trimming.
 
     Args:
-        backend: what generates (:mod:`lsp_server.backends`; a bare local engine is wrapped).
+        backend: what generates (:mod:`lsp_server.backends`; an engine is wrapped by the caller,
+            :func:`lsp_server.backends.local.as_backend`).
         other_documents: other open buffers, most recently touched first; their text feeds the n-gram
             drafter, and the recent ones are candidates for prompt snippets. Secret-looking ones are
             left out here (:func:`lsp_server.related_files.context_documents`).
@@ -77,7 +77,6 @@ def complete(
         lsp_server.backends.base.BackendError: a remote engine failed.
     """
     t0 = time.perf_counter()
-    backend = as_backend(backend)
     settings, document = request.settings, request.document
     sources = sources if sources is not None else DraftSources()
     other_documents = context_documents(other_documents)  # the one gate: secrets are never context
@@ -134,7 +133,6 @@ def rewrite(backend: GenerationBackend, request: CompletionRequest, history=(), 
     The generation stops at its next verify round once ``request.cancelled`` is set.
     """
     t0 = time.perf_counter()
-    backend = as_backend(backend)
     settings, document = request.settings, request.document
     prompt = build_rewrite_prompt(document, request.offset, history, backend.tokenizer, backend.capabilities,
                                   settings.next_edit_region_lines)

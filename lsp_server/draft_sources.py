@@ -14,19 +14,22 @@ For one request the n-gram store holds:
   With ``defer_cold_parts`` (the server), a large part seen for the first time is tokenised after the
   answer (:meth:`DraftSources.warm_up`) instead of on the request's path.
 
-Every method takes the generation backend (:mod:`lsp_server.backends`; or a bare local engine) and runs
-on the model thread: this object is the only code that changes the engine's sources and caches (the
-engine checks the thread). A remote backend has no local engine: its engine drafts on its own, so only
-the prompt tokens are kept for it.
+Every method takes the generation backend (:mod:`lsp_server.backends`) and runs on the model thread
+(its owner is the model session, :mod:`lsp_server.session`): this object is the only code that changes
+the backend's sources and caches (the local engine checks the thread). A remote backend keeps no sources
+(``keeps_sources`` false): its engine drafts on its own, so only the prompt tokens are kept for it.
+
+Source keys carry the document's short name (``names``), which is what statistics and logs show.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
-from decoding.engine import Engine
+from lsp_server.backends.base import GenerationBackend
 from lsp_server.prompt import Prompt
-from lsp_server.documents import Document
+from lsp_server.workspace.documents import Document
 from lsp_server.prompt_tokens import PromptEncoder, SourceKey
 from lsp_server.related_files import MAX_SOURCE_CHARS, Candidate
 from lsp_server.request import CompletionRequest
@@ -35,56 +38,53 @@ COLD_PART_CHARS = 8_000  # a document part longer than this is first tokenised a
 _PARTS = ("above", "below")  # the document outside the prompt window
 
 
-def _local_engine(backend) -> Engine | None:
-    """The local engine behind ``backend`` (``None`` for a remote one)."""
-    return backend if isinstance(backend, Engine) else backend.engine
-
-
 class DraftSources:
     """The n-gram sources and prompt tokens of one server (or one command-line run). Model thread only.
 
     Args:
         defer_cold_parts: tokenise a large document part seen for the first time in :meth:`warm_up`
             (after the answer) rather than during the request; it is no draft source until then.
+        names: a document URI's short name (:class:`lsp_server.workspace.names.DisplayNames`); default:
+            its file name.
     """
 
-    def __init__(self, defer_cold_parts: bool = False):
+    def __init__(self, defer_cold_parts: bool = False, names: Callable[[str], str] | None = None):
         self.defer_cold_parts = defer_cold_parts
+        self.names = names or (lambda uri: uri.rsplit("/", 1)[-1])
         self._encoder: PromptEncoder | None = None
         self._pending: list[tuple[SourceKey, str, tuple[SourceKey, int]]] = []  # (key, text, origin)
 
-    def encoder(self, backend) -> PromptEncoder:
+    def key(self, uri: str, part: str = "document") -> SourceKey:
+        """The source key of ``uri`` (or one of its parts), labelled with its short name."""
+        return SourceKey(uri, part, self.names(uri))
+
+    def encoder(self, backend: GenerationBackend) -> PromptEncoder:
         """The prompt encoder for the backend's tokenizer (a new one when the models were replaced)."""
         if self._encoder is None or self._encoder.tokenizer is not backend.tokenizer:
             self._encoder = PromptEncoder(backend.tokenizer)
             self._pending.clear()
         return self._encoder
 
-    def document_opened(self, backend, document: Document) -> None:
+    def document_opened(self, backend: GenerationBackend, document: Document) -> None:
         """Tokenise a newly opened document ahead of its first request, whose prompt windows then
         start from these tokens instead of tokenising up to 10 KB on its path."""
         if len(document.text) <= MAX_SOURCE_CHARS:
-            self.encoder(backend).seed(SourceKey(document.uri), document.model_text)
+            self.encoder(backend).seed(self.key(document.uri), document.model_text)
 
-    def document_closed(self, backend, uri: str) -> None:
+    def document_closed(self, backend: GenerationBackend, uri: str) -> None:
         """Forget a closed document: its tokens, its n-gram sources (it never proposes its old text
         again) and its KV caches."""
         self.encoder(backend).forget(uri)
         self._pending = [item for item in self._pending if item[0].uri != uri]
-        engine = _local_engine(backend)
-        if engine is None:
-            return
         for part in ("document", *_PARTS):
-            engine.forget_source(SourceKey(uri, part))
-        engine.forget_cache(uri)
+            backend.forget_source(SourceKey(uri, part))
+        backend.forget_cache(uri)
 
-    def file_changed(self, backend, uri: str) -> None:
+    def file_changed(self, backend: GenerationBackend, uri: str) -> None:
         """A file on disk changed (the index watcher): drop the n-gram source of its old text."""
-        engine = _local_engine(backend)
-        if engine is not None:
-            engine.forget_source(SourceKey(uri))
+        backend.forget_source(SourceKey(uri))
 
-    def sync(self, backend, request: CompletionRequest, prompt: Prompt,
+    def sync(self, backend: GenerationBackend, request: CompletionRequest, prompt: Prompt,
              other_documents: list[Document], related: list[Candidate]) -> None:
         """Make the engine's n-gram store hold this request's sources (see the module docstring).
 
@@ -93,26 +93,25 @@ class DraftSources:
             related: the repository files and buffers chosen for the cursor
                 (:func:`lsp_server.related_files.related_files`).
         """
-        engine = _local_engine(backend)
-        if engine is None:  # a remote engine drafts from its own state
+        if not backend.keeps_sources:  # a remote engine drafts from its own state
             return
         document = request.document
         sources: dict[SourceKey, tuple[object, object]] = {}  # key -> (version, text or its tokens' getter)
         for other in other_documents:
             if other.uri != document.uri and len(other.text) <= MAX_SOURCE_CHARS:
-                sources[SourceKey(other.uri)] = (other.version, other.model_text)
-        open_keys = {SourceKey(document.uri), *(SourceKey(d.uri) for d in other_documents)}
+                sources[self.key(other.uri)] = (other.version, other.model_text)
+        open_keys = {self.key(document.uri), *(self.key(d.uri) for d in other_documents)}
         repo_files = set()  # kept in the store after they leave the pool: the file watcher reports changes
         for candidate in related:
-            key = SourceKey(candidate.uri)
+            key = self.key(candidate.uri)
             if key not in sources and len(candidate.text) <= MAX_SOURCE_CHARS:
                 sources[key] = (candidate.version, candidate.text)
                 if key not in open_keys:
                     repo_files.add(key)
-        parts = self._document_parts(engine, request, prompt, sources)
-        engine.sync_sources(sources, retain=repo_files, drop=open_keys, searched=parts)
+        parts = self._document_parts(backend, request, prompt, sources)
+        backend.sync_sources(sources, retain=repo_files, drop=open_keys, searched=parts)
 
-    def _document_parts(self, engine: Engine, request: CompletionRequest, prompt: Prompt,
+    def _document_parts(self, backend: GenerationBackend, request: CompletionRequest, prompt: Prompt,
                         sources: dict) -> set[SourceKey]:
         """Add the document's parts outside the prompt window to ``sources``; returns their keys."""
         document = request.document
@@ -121,13 +120,13 @@ class DraftSources:
         full_prefix, full_suffix = document.model_split(request.offset)
         above = full_prefix[: len(full_prefix) - len(prompt.prefix)]
         below = full_suffix[len(prompt.suffix):]
-        encoder, whole = self.encoder(engine), SourceKey(document.uri)
+        encoder, whole = self.encoder(backend), self.key(document.uri)
         parts = set()
         for part, text, at in (("above", above, 0), ("below", below, -len(below))):  # found from the ends
             if not text:
                 continue
-            key, origin = SourceKey(document.uri, part), (whole, at)
-            cold = not encoder.holds(key) and not encoder.holds(whole) and key not in engine.sources
+            key, origin = self.key(document.uri, part), (whole, at)
+            cold = not encoder.holds(key) and not encoder.holds(whole) and not backend.has_source(key)
             if self.defer_cold_parts and cold and len(text) > COLD_PART_CHARS:
                 self._pending.append((key, text, origin))
                 continue
@@ -135,7 +134,7 @@ class DraftSources:
             parts.add(key)
         return parts
 
-    def warm_up(self, backend) -> None:
+    def warm_up(self, backend: GenerationBackend) -> None:
         """Tokenise the parts deferred by the last requests (call after answering)."""
         encoder = self.encoder(backend)
         pending, self._pending = self._pending, []

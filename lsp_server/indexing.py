@@ -5,7 +5,7 @@ Indexing runs on its own thread, never on the model worker, so completions go on
 (without the index until the scan ends). A watchdog observer keeps it current afterwards.
 
 Roots are the workspace folders (or the root URI); a home directory, a parent of it and the temporary
-directory itself are skipped with a warning (:func:`lsp_server.file_rules.refused_root`): a client that
+directory itself are skipped with a warning (:func:`lsp_server.workspace.file_rules.refused_root`): a client that
 roots a scratch file at its directory must not get ``/tmp`` or ``$HOME`` indexed wholesale.
 """
 
@@ -20,22 +20,27 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 from pygls import uris
 
-from lsp_server.file_rules import refused_root
-from lsp_server.file_watch import IndexWatcher
-from lsp_server.progress import begin_progress
-from lsp_server.repo_index import RepoIndex
+from lsp_server.workspace.file_rules import refused_root
+from lsp_server.workspace.file_watch import IndexWatcher
+from lsp_server.protocol.progress import begin_progress
+from lsp_server.workspace.repo_index import RepoIndex
 
 if TYPE_CHECKING:
     from lsp_server.server import SpeclspServer
 
 
-def workspace_roots(ls: SpeclspServer) -> list[Path]:
-    """Local directories of the workspace folders (or the root URI when the client sent no folders),
-    without those never indexed (:func:`choose_roots`; each skipped one is reported as a warning)."""
+def workspace_folders(ls: SpeclspServer) -> list[Path]:
+    """Local directories of the workspace folders (or the root URI when the client sent no folders)."""
     found = [uris.to_fs_path(folder.uri) for folder in ls.workspace.folders.values()]
     if not found and ls.workspace.root_uri:
         found = [uris.to_fs_path(ls.workspace.root_uri)]
-    roots, refused = choose_roots([Path(p) for p in found if p and Path(p).is_dir()])
+    return [Path(p) for p in found if p and Path(p).is_dir()]
+
+
+def workspace_roots(ls: SpeclspServer) -> list[Path]:
+    """:func:`workspace_folders` without those never indexed (:func:`choose_roots`; each skipped one is
+    reported as a warning)."""
+    roots, refused = choose_roots(workspace_folders(ls))
     for root, why in refused:
         ls.tracer.message(f"[speclsp] not indexing {root}: it is {why}; open a project folder (a repository "
                           "or a folder with a pyproject.toml, package.json...) as the workspace folder to index it",
@@ -62,7 +67,7 @@ class IndexService:
 
     Args:
         on_file_changed: called with a file URI after the watcher updated the index (on the watcher's
-            thread): the completion service drops its n-gram source of the old text.
+            thread): the model session drops its n-gram source of the old text.
     """
 
     def __init__(self, on_file_changed: Callable[[str], None]):
@@ -94,6 +99,7 @@ class IndexService:
 
     async def _rebuild(self, ls: SpeclspServer) -> None:
         self.stop()
+        ls.names.set_roots(workspace_folders(ls))  # documents are named relative to their folder in logs
         config = ls.settings.index_config()
         roots = workspace_roots(ls) if config is not None else []
         if config is None or not roots:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from decoding.generate import FinishReason
+from decoding.types import FinishReason
 from lsp_server.completion_mode import Mode
 from lsp_server.syntax import INDENT_BLOCK_LANGUAGES, TailTrimmer, error_count, indent_width, parser_for, syntax_window
 

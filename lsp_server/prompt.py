@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from decoding.capabilities import ModelCapabilities, read_capabilities
-from lsp_server.positions import line_ending
+from lsp_server.workspace.positions import line_ending
 from lsp_server.prompt_tokens import PromptEncoder, SourceKey
 from lsp_server.request import CompletionRequest
 

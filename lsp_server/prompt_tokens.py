@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, field
 
-from decoding.kv_cache import common_prefix_length
+from decoding.types import common_prefix_length
 
 _OVERLAP_WORDS = 4  # pre-tokens tokenised again before the reuse point, and compared with the cache
 _SLOTS = 40  # cached texts (five per document: the whole, prefix window, suffix, the parts above and below)
@@ -58,12 +57,22 @@ class Encoded:
         return Encoded(self.text, self.ids, offsets, self.words)
 
 
-class SourceKey(NamedTuple):
+@dataclass(frozen=True)
+class SourceKey:
     """The one name of a text the server tokenises or drafts from: a document (or file) by URI, or a
-    part of it. Keys of the prompt encoder's cache and of the engine's n-gram sources."""
+    part of it. Keys of the prompt encoder's cache and of the engine's n-gram sources.
+
+    Its text (``str``, as in the per-source statistics: ``ngram:pkg/app.py#above``) is ``label``, the
+    document's short name (:mod:`lsp_server.workspace.names`), and the part; never the URI.
+    """
 
     uri: str
     part: str = "document"  # document | prefix | suffix (the prompt's windows) | above | below (outside them)
+    label: str = field(default="", compare=False)  # the short name; "": the file's name
+
+    def __str__(self) -> str:
+        name = self.label or self.uri.rsplit("/", 1)[-1]
+        return name if self.part == "document" else f"{name}#{self.part}"
 
 
 class PromptEncoder:

@@ -7,7 +7,7 @@ tools), and from the best files the best window of lines is kept as a snippet, w
 budget. The same files, whole, become n-gram draft sources.
 
 An open buffer whose file looks secret (``.env``, keys, credentials; by its name or its resolved
-path, :func:`lsp_server.file_rules.uri_looks_secret`) is never context for another document:
+path, :func:`lsp_server.workspace.file_rules.uri_looks_secret`) is never context for another document:
 :func:`context_documents` is the one gate, applied by the completer before both the prompt and the
 n-gram sources see the open buffers. (The repository index never reads such files.)
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 
 from pygls import uris
 
-from lsp_server.documents import Document
-from lsp_server.file_rules import uri_looks_secret
-from lsp_server.repo_index import RepoIndex, identifiers
+from lsp_server.workspace.documents import Document
+from lsp_server.workspace.file_rules import uri_looks_secret
+from lsp_server.workspace.repo_index import RepoIndex, identifiers
 
 WINDOW_LINES = 30  # lines per snippet window
 WINDOW_STRIDE = 15

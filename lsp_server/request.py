@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
-from lsp_server.documents import Document
+from lsp_server.workspace.documents import Document
 from lsp_server.settings import Settings
 
 
@@ -48,7 +48,7 @@ def resolve_request(document: Document, position: types.Position, codec: Positio
         fields: the other :class:`CompletionRequest` fields (``automatic``, ``method``, ``request_id``,
             ``cancelled``).
     Raises:
-        lsp_server.positions.PositionError: the position is not in the document.
+        lsp_server.workspace.positions.PositionError: the position is not in the document.
     """
     line_start, offset, line_end = document.lines.locate(position, codec)
     text = document.text

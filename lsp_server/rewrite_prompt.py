@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from decoding.capabilities import ModelCapabilities
-from lsp_server.documents import Document
-from lsp_server.positions import to_model_text
+from lsp_server.workspace.documents import Document
+from lsp_server.workspace.positions import to_model_text
 from lsp_server.syntax import enclosing_definitions
 
 CONTEXT_BEFORE_CHARS = 1500  # file text shown before the region, at most (model text, whole lines); its prefill
@@ -136,7 +136,7 @@ def build_rewrite_prompt(document: Document, cursor_offset: int, history, tokeni
 
     Args:
         cursor_offset: code points into ``document.text``.
-        history: the document's recent edits: an :class:`lsp_server.edit_history.EditHistory` or its
+        history: the document's recent edits: an :class:`lsp_server.workspace.edit_history.EditHistory` or its
             unified diffs (strings, oldest first).
         tokenizer: a transformers tokenizer (the loaded model's).
         capabilities: the loaded model's (:mod:`decoding.capabilities`): picks the format.

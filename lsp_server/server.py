@@ -1,13 +1,14 @@
-"""The pygls server object and its wiring: document store, model worker, settings, tracing.
+"""The pygls server object and its wiring: document store, model worker and session, the request
+pipeline and its two services, settings, tracing.
 
 Features live one per module in :mod:`lsp_server.features`; each registers its handlers here.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import attrs
@@ -19,18 +20,21 @@ from pygls.protocol.language_server import lsp_method
 
 from lsp_server import __version__
 from lsp_server.backends.loading import load_backend
-from lsp_server.documents import DocumentStore, MalformedChange, structure_change
+from lsp_server.workspace.documents import DocumentStore, MalformedChange, structure_change
+from lsp_server.completion_service import CompletionService
 from lsp_server.features.status import StatusBoard
 from lsp_server.indexing import IndexService
-from lsp_server.service import CompletionService
+from lsp_server.next_edit_service import NextEditService
+from lsp_server.pipeline import RequestPipeline
+from lsp_server.protocol.transport import ANSWERED
+from lsp_server.workspace.repo_index import RepoIndex
+from lsp_server.session import ModelSession
 from lsp_server.settings import Settings
 from lsp_server.tracing import RpcClock, Tracer
 from lsp_server.worker import ModelWorker
+from lsp_server.workspace.names import DisplayNames
 
 log = logging.getLogger(__name__)
-
-
-ANSWERED = SimpleNamespace(jsonrpc="answered")  # a message already answered; handle_message skips it
 
 
 def _strict_int(value: Any, _type: type) -> int:
@@ -83,7 +87,7 @@ class SpeclspProtocol(LanguageServerProtocol):
         super()._send_response(msg_id, result, error)
         self.clock.responded(msg_id)
 
-    # Documents: the store (lsp_server.documents) holds the one copy of each; pygls' workspace keeps
+    # Documents: the store (lsp_server.workspace.documents) holds the one copy of each; pygls' workspace keeps
     # none (it would split and rejoin the whole text on every keystroke). Nothing reads its copies.
     def get_message_type(self, method: str):
         if method == types.TEXT_DOCUMENT_DID_CHANGE:
@@ -98,7 +102,7 @@ class SpeclspProtocol(LanguageServerProtocol):
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: object):
         """``params`` as JSON (:class:`RawNotification`): the handler gets the structured parameters,
-        or a :class:`~lsp_server.documents.MalformedChange` when they do not fit (not pygls' log line
+        or a :class:`~lsp_server.workspace.documents.MalformedChange` when they do not fit (not pygls' log line
         and a dropped change while the document stays "in sync")."""
         try:
             change = structure_change(self._converter, params)
@@ -126,33 +130,51 @@ class SpeclspServer(LanguageServer):
     """speclsp's language server: the state every feature shares, declared here.
 
     Features (one per module in :mod:`lsp_server.features`) read and call these services; only the
-    model worker's thread touches the engine (the completion service submits all such work there).
+    model worker's thread touches the model session (the pipeline submits all such work there).
     """
 
     settings: Settings  # the current settings (replaced whole on a configuration change)
     store: DocumentStore  # open documents
-    worker: ModelWorker  # the model thread and the generation backend it owns (lsp_server.backends)
+    names: DisplayNames  # documents' short names in logs and stats (the workspace folders)
+    worker: ModelWorker  # the model thread and the model session it owns (lsp_server.session)
     tracer: Tracer  # request logs and $/logTrace
     status: StatusBoard  # speclsp/status
     index: IndexService  # the repository index and its watcher
-    service: CompletionService  # completion requests
+    pipeline: RequestPipeline  # resolution, guards, the model thread, document events
+    completions: CompletionService  # completion requests
+    next_edits: NextEditService  # next-edit requests and the edit history
     pending_warnings: list[str]  # settings warnings from initialize, shown once initialized
 
-    def __init__(self, loader: Callable[..., object] = load_backend, base_settings: Settings | None = None):
+    def __init__(self, loader: Callable[..., object] = load_backend, base_settings: Settings | None = None,
+                 session_factory: Callable[..., ModelSession] = ModelSession):
         super().__init__("speclsp", __version__, protocol_cls=SpeclspProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.base_settings = base_settings or Settings()  # the command line's; initializationOptions apply on top
         self.settings = self.base_settings
         self.store = DocumentStore()
-        self.worker = ModelWorker(loader)
-        self.tracer = Tracer(self.window_log_message, self.log_trace, self.trace_value)
-        self.status = StatusBoard(lambda method, params: self.protocol.notify(method, params))
-        self.service = CompletionService(self.store, self.worker, self.tracer, lambda: self.settings, self.status,
-                                         lambda: self.index.repo,
-                                         rpc=lambda: (self.protocol.msg_id, self.protocol.clock),
-                                         notify_user=self.show_message)
-        self.index = IndexService(self.service.file_changed)
+        self.names = DisplayNames()
+        self.worker = ModelWorker(loader, functools.partial(session_factory, names=self.names, defer_cold_parts=True))
+        self.tracer = Tracer(self.window_log_message, self.log_trace, self.trace_value, names=self.names)
+        self.status = StatusBoard(self._notify)
+        self.pipeline = RequestPipeline(self.store, self.worker, self.tracer, self._current_settings, self.names,
+                                        rpc=self._rpc, notify_user=self.show_message, on_done=self.status.request_done)
+        self.next_edits = NextEditService(self.pipeline)
+        self.completions = CompletionService(self.pipeline, self.next_edits, self._repo)
+        self.index = IndexService(self.pipeline.file_changed)
         self.pending_warnings = []
+
+    def _current_settings(self) -> Settings:
+        return self.settings
+
+    def _repo(self) -> RepoIndex | None:
+        return self.index.repo
+
+    def _rpc(self) -> tuple[object, RpcClock]:
+        """The JSON-RPC message id being handled and the protocol's clock (for a request's ``total``)."""
+        return self.protocol.msg_id, self.protocol.clock
+
+    def _notify(self, method: str, params: object) -> None:
+        self.protocol.notify(method, params)
 
     def show_message(self, text: str, kind: types.MessageType) -> None:
         """``window/showMessage`` (never raises: a closed transport must not fail the request)."""
@@ -168,17 +190,20 @@ class SpeclspServer(LanguageServer):
         return client if client != "off" else self.settings.trace_level
 
 
-def create_server(loader: Callable[..., object] = load_backend, base_settings: Settings | None = None) -> SpeclspServer:
+def create_server(loader: Callable[..., object] = load_backend, base_settings: Settings | None = None,
+                  session_factory: Callable[..., ModelSession] = ModelSession) -> SpeclspServer:
     """A server with every feature registered.
 
     Args:
         loader: builds the generation backend from a :class:`~lsp_server.backends.loading.BackendConfig`.
         base_settings: the settings before ``initializationOptions`` (``speclsp serve``'s flags).
+        session_factory: builds the model session around the backend (tests: a fake session), called
+            with the backend and the keywords ``names`` and ``defer_cold_parts``.
     """
     from lsp_server.features import (completion, document_sync, index_info, inline_completion, lifecycle, next_edit,
                                      status)
 
-    server = SpeclspServer(loader, base_settings)
+    server = SpeclspServer(loader, base_settings, session_factory)
     for feature in (lifecycle, document_sync, inline_completion, completion, next_edit, status, index_info):
         feature.register(server)
     return server

@@ -21,16 +21,19 @@ from typing import TYPE_CHECKING, Any
 
 import pathspec
 
-from decoding.engine import DRAFTER_MODES, EngineConfig
-from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
 from decoding.model_names import AUTO
-from decoding.quantization import QUANTIZATIONS
-from decoding.sampling import SamplingParams
+from decoding.types import (
+    DEFAULT_MAX_DRAFT_TOKENS,
+    DRAFTER_MODES,
+    QUANTIZATIONS,
+    EngineConfig,
+    GenerationConfig,
+    SamplingParams,
+)
 from lsp_server.backends.loading import BACKENDS, LOCAL, BackendConfig, RemoteConfig
-from lsp_server.repo_index import IndexConfig
+from lsp_server.workspace.repo_index import IndexConfig
 
 if TYPE_CHECKING:
-    from decoding.engine import Engine
     from lsp_server.backends.base import GenerationBackend
 
 DTYPES = ("auto", "float32", "fp32", "float16", "fp16", "bfloat16", "bf16")
@@ -151,30 +154,30 @@ class Settings:
         return IndexConfig(max_file_bytes=self.max_file_bytes, max_tokens=self.index_max_tokens,
                            include=self.index_include, exclude=self.index_exclude)
 
-    def generation_config(self, multi_line: bool, engine: Engine | GenerationBackend,
+    def generation_config(self, multi_line: bool, backend: GenerationBackend,
                           seed: int | None = None) -> GenerationConfig:
         """What one completion generates: a single-line completion also stops at a line break; every
-        special token of the engine's (the backend's) tokenizer stops it (as text or as an id)."""
-        special = tuple(t for t in engine.tokenizer.all_special_tokens if t)
+        special token of the backend's tokenizer stops it (as text or as an id)."""
+        special = tuple(t for t in backend.tokenizer.all_special_tokens if t)
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens,
             sampling=SamplingParams(self.temperature, self.top_k, self.top_p),
             stop_strings=special + (() if multi_line else ("\n",)),
-            stop_token_ids=engine.completion_stop_ids,
+            stop_token_ids=backend.completion_stop_ids,
             max_draft_tokens=self.max_draft_tokens,
             draft_min_confidence=self.draft_min_confidence,
             seed=seed,
         )
 
-    def rewrite_config(self, end_marker: str, engine: Engine | GenerationBackend, seed: int | None = None) -> GenerationConfig:
+    def rewrite_config(self, end_marker: str, backend: GenerationBackend, seed: int | None = None) -> GenerationConfig:
         """What one next-edit rewrite generates: up to ``next_edit_max_new_tokens``, ending at the region's
         ``end_marker`` or at a special token."""
-        special = tuple(t for t in engine.tokenizer.all_special_tokens if t)
+        special = tuple(t for t in backend.tokenizer.all_special_tokens if t)
         return GenerationConfig(
             max_new_tokens=self.next_edit_max_new_tokens,
             sampling=SamplingParams(self.temperature, self.top_k, self.top_p),
             stop_strings=special + ((end_marker,) if end_marker else ()),
-            stop_token_ids=engine.completion_stop_ids,
+            stop_token_ids=backend.completion_stop_ids,
             max_draft_tokens=self.max_draft_tokens,
             draft_min_confidence=self.draft_min_confidence,
             seed=seed,

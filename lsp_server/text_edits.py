@@ -14,7 +14,7 @@ import re
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
-from lsp_server.positions import LineIndex
+from lsp_server.workspace.positions import LineIndex
 
 #: (start, end, new text): replace ``text[start:end]`` with the new text; code points.
 Replacement = tuple[int, int, str]

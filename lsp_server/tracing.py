@@ -1,6 +1,7 @@
 """Request tracing: a one-line summary per request, details on demand, an optional JSON-lines file.
 
-* ``window/logMessage``: one line per request, always: id, method, file name and position, status,
+* ``window/logMessage``: one line per request, always: id, method, the document's short name
+  (:mod:`lsp_server.workspace.names`: never an absolute path) and position, status,
   milliseconds per stage (queue wait, context build, prefill, draft, verify, the engine's bookkeeping
   around them, post-processing, total),
   prefill tokens computed and reused, tokens generated, target passes, tokens per pass and
@@ -84,11 +85,16 @@ def _open_regular_for_append(path: Path):
 
 
 class Tracer:
-    """Formats request records and sends them to the client's log, its trace and a file."""
+    """Formats request records and sends them to the client's log, its trace and a file.
+
+    Args:
+        names: a document URI's short name (default: its file name).
+    """
 
     def __init__(self, send: Callable[[types.LogMessageParams], None] | None = None,
                  send_trace: Callable[[types.LogTraceParams], None] | None = None,
-                 trace_value: Callable[[], str] = lambda: OFF):
+                 trace_value: Callable[[], str] = lambda: OFF, names: Callable[[str], str] | None = None):
+        self._names = names or (lambda uri: uri.rsplit("/", 1)[-1])
         self._send = send
         self._send_trace = send_trace
         self._trace_value = trace_value
@@ -128,7 +134,7 @@ class Tracer:
             rpc_ms: (``rpc_in``, ``rpc_out``) milliseconds: from reading the request to the handler's
                 start, and from its end to the answer written.
         """
-        name = uri.rsplit("/", 1)[-1]
+        name = self._names(uri)
         record: dict = {"time": round(time.time(), 3), "id": request_id, "method": method, "file": name,
                         "line": position.line, "character": position.character, "status": status}
         parts = [f"[speclsp] req={request_id} {method} {name}:{position.line}:{position.character} {status}"]

@@ -1,9 +1,11 @@
-"""The model worker: one daemon thread that owns the generation backend (the local engine, or the client
-of a remote one: :mod:`lsp_server.backends`) and runs all model work in order.
+"""The model worker: one daemon thread that owns the model session (:mod:`lsp_server.session`: the
+generation backends, draft sources and prompt tokens) and runs its operations in order.
 
-Loading happens on that thread too, so nothing touches a half-loaded engine; requests that arrive
+Loading happens on that thread too, so nothing touches a half-loaded backend; requests that arrive
 while the state is not ``ready`` are answered at once by the caller (an empty answer), not queued.
 The thread is a daemon so that ``exit`` ends the process even during a long load or download.
+Work is submitted as session operations (:meth:`ModelWorker.run` with a :class:`ModelSession` method
+and its arguments), never as closures over a backend.
 """
 
 from __future__ import annotations
@@ -12,17 +14,16 @@ import concurrent.futures
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
-from decoding.engine import EngineConfig
-from lsp_server.backends.base import LoadedModels
+from lsp_server.backends.base import GenerationBackend, LoadedModels
 from lsp_server.backends.loading import load_backend
-from lsp_server.backends.local import as_backend
+from lsp_server.session import ModelSession
 
 log = logging.getLogger(__name__)
-
 
 
 class ModelState(StrEnum):
@@ -37,21 +38,39 @@ class ModelState(StrEnum):
 IDLE, LOADING, READY, ERROR = ModelState
 
 
+class Job(concurrent.futures.Future):
+    """A future of the model thread that knows when it was queued and when it started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queued_at = time.perf_counter()  # time.perf_counter() seconds
+        self.started_at: float | None = None  # set when the model thread takes it
+
+    @property
+    def queue_ms(self) -> float:
+        """Milliseconds it waited for the model thread (so far, while it still waits)."""
+        return 1000 * ((self.started_at or time.perf_counter()) - self.queued_at)
+
+
 class ModelWorker:
-    """Owns the generation backend and the thread that uses it.
+    """Owns the model session and the thread that uses it.
 
     Args:
-        loader: ``loader(config, on_stage)`` builds the backend (a bare :class:`~decoding.engine.Engine`
-            is wrapped in the local backend); default :func:`lsp_server.backends.loading.load_backend`.
+        loader: ``loader(config, on_stage)`` builds the generation backend; default
+            :func:`lsp_server.backends.loading.load_backend`.
+        session_factory: builds the session around a loaded backend (on the model thread); default
+            :class:`~lsp_server.session.ModelSession`. Tests hand in a fake session here.
     """
 
-    def __init__(self, loader: Callable[..., object] = load_backend):
+    def __init__(self, loader: Callable[..., GenerationBackend] = load_backend,
+                 session_factory: Callable[[GenerationBackend], ModelSession] = ModelSession):
         self._loader = loader
+        self._session_factory = session_factory
         self._jobs: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="speclsp-model", daemon=True)
         self._thread.start()
         self._load_generation = 0  # only the latest load may set the state
-        self._engine = None  # the backend; used on the model thread only
+        self._session: ModelSession | None = None  # used on the model thread only
         self.loaded: LoadedModels | None = None  # set with state READY
         self.state = IDLE
         self.error: str | None = None
@@ -64,20 +83,21 @@ class ModelWorker:
             future, fn, args, kwargs = job
             if not future.set_running_or_notify_cancel():
                 continue
+            future.started_at = time.perf_counter()
             try:
                 future.set_result(fn(*args, **kwargs))
             except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the future
                 future.set_exception(exc)
 
-    def _submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
+    def _submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
+        future = Job()
         self._jobs.put((future, fn, args, kwargs))
         return future
 
-    def load(self, config: EngineConfig | object, on_stage: Callable[[str], None] | None = None) -> concurrent.futures.Future:
+    def load(self, config: object, on_stage: Callable[[str], None] | None = None) -> Job:
         """Load (or reload) the models in the background; the future resolves to the resulting state.
 
-        The previous engine is released first, so two large models never sit in memory together.
+        The previous session is released first, so two large models never sit in memory together.
         A load superseded by a later one leaves the state to that later load.
         """
         self._load_generation += 1
@@ -88,36 +108,37 @@ class ModelWorker:
         def run() -> str:
             if generation != self._load_generation:
                 return self.state  # a newer load is queued behind this one
-            self._engine, self.loaded = None, None
+            self._session, self.loaded = None, None
             try:
-                engine = self._loader(config, on_stage)
+                session = self._session_factory(self._loader(config, on_stage))
+                session.claim_thread()  # a loader may have built it elsewhere: from now on only this thread uses it
+                loaded = session.describe()
             except Exception as exc:  # noqa: BLE001 - any load failure is reported, never raised into the server
                 log.exception("model loading failed")
                 if generation == self._load_generation:
                     self.state, self.error = ERROR, str(exc)
                 return ERROR
-            engine = as_backend(engine)
-            if hasattr(engine, "describe"):
-                engine.claim_thread()  # a loader may have built it elsewhere: from now on only this thread uses it
-                loaded = engine.describe()
-            else:  # a stand-in from a test
-                loaded = LoadedModels(type(engine).__name__, "none", "cpu", "none", None)
             if generation == self._load_generation:
-                self._engine, self.loaded, self.state = engine, loaded, READY
+                self._session, self.loaded, self.state = session, loaded, READY
             return READY
 
         return self._submit(run)
 
-    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        """Run ``fn(backend, *args, **kwargs)`` on the model thread.
+    def run(self, operation: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
+        """Run the session operation ``operation`` (a :class:`ModelSession` method, e.g.
+        ``ModelSession.complete``) with these arguments on the model thread; the future holds its result.
 
         Raises:
             RuntimeError: when the models are not ready.
+            ValueError: ``operation`` is not an operation of :class:`ModelSession`.
         """
-        engine = self._engine
-        if self.state != READY or engine is None:
+        name = getattr(operation, "__name__", "")
+        if name.startswith("_") or getattr(ModelSession, name, None) is not operation:
+            raise ValueError(f"{operation!r} is not an operation of ModelSession")
+        session = self._session
+        if self.state != READY or session is None:
             raise RuntimeError(f"models are not ready (state: {self.state})")
-        return self._submit(fn, engine, *args, **kwargs)
+        return self._submit(getattr(session, name), *args, **kwargs)
 
     def shutdown(self) -> None:
         """Stop taking work; queued jobs are cancelled."""

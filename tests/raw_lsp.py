@@ -37,19 +37,19 @@ def notification(method: str, params: object = None) -> dict:
     return message if params is None else {**message, "params": params}
 
 
-def initialize_params(process_id: int | None = None, **options) -> dict:
+def initialize_params(process_id: int | None = None, root_uri: str | None = None, **options) -> dict:
     """``initialize`` params with the starter pair (the default models may be slow to load)."""
-    return {"processId": process_id, "rootUri": None, "capabilities": {},
+    return {"processId": process_id, "rootUri": root_uri, "capabilities": {},
             "initializationOptions": {**STARTER_OPTIONS, **options}}
 
 
 class RawServer:
     """A server process on pipes. ``messages`` collects what it wrote to stdout, in order."""
 
-    def __init__(self, command: tuple[str, ...] = SERVE):
+    def __init__(self, command: tuple[str, ...] = SERVE, env: dict[str, str] | None = None):
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.stderr, cwd=Path(__file__).resolve().parents[1])
+                                        stderr=self.stderr, cwd=Path(__file__).resolve().parents[1], env=env)
         self.messages: list[dict] = []
         self._changed = threading.Condition()
         self._next_id = 1000
@@ -109,8 +109,8 @@ class RawServer:
         self.wait_for(lambda _: bool(self.responses(msg_id)), timeout)
         return self.responses(msg_id)[0]
 
-    def initialize(self, process_id: int | None = None, **options) -> dict:
-        answer = self.response(self.call("initialize", initialize_params(process_id, **options)))
+    def initialize(self, process_id: int | None = None, root_uri: str | None = None, **options) -> dict:
+        answer = self.response(self.call("initialize", initialize_params(process_id, root_uri, **options)))
         self.send(notification("initialized", {}))
         return answer
 

@@ -96,7 +96,7 @@ def test_framing_kind_is_answered_or_reported_and_the_stream_resynchronises(serv
 
 
 def test_body_over_the_size_limit_is_skipped_without_losing_the_next_message(server: RawServer):
-    from lsp_server.framing import MAX_BODY_BYTES
+    from lsp_server.protocol.framing import MAX_BODY_BYTES
 
     huge = {"jsonrpc": "2.0", "method": "$/junk", "params": {"text": "x" * (MAX_BODY_BYTES + 10)}}
     server.send(frame(huge) + frame(status(server.new_id())), raw=True)

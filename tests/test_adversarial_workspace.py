@@ -27,9 +27,9 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from lsp_server.file_rules import LARGE, SPECIAL, read_regular_file
-from lsp_server.file_watch import IndexWatcher
-from lsp_server.repo_index import IndexConfig, RepoIndex
+from lsp_server.workspace.file_rules import LARGE, SPECIAL, read_regular_file
+from lsp_server.workspace.file_watch import IndexWatcher
+from lsp_server.workspace.repo_index import IndexConfig, RepoIndex
 from tests.conftest import STARTER_OPTIONS
 from tests.test_lsp_e2e import capabilities, wait_until_ready
 
@@ -224,8 +224,8 @@ def engine():
 
 def test_secret_buffers_never_reach_the_prompt_or_the_draft_sources(engine, hostile, monkeypatch):
     from lsp_server.completer import complete
-    from lsp_server.documents import Document
-    from lsp_server.positions import codec_for
+    from lsp_server.workspace.documents import Document
+    from lsp_server.workspace.positions import codec_for
     from lsp_server.request import resolve_request
     from lsp_server.settings import Settings
 

@@ -7,22 +7,23 @@ from __future__ import annotations
 import pytest
 
 from decoding.draft_length import DraftLengthPolicy
-from decoding.drafters.base import Draft, DraftContext
+from decoding.drafters.base import Draft, DraftContext, Drafter
 from decoding.drafters.draft_model import CATCH_UP_TOKENS, ModelDrafter
 from decoding.drafters.switching import SwitchingDrafter
 from decoding.sampling import SamplingParams
 from tests.conftest import tiny_model
 
 
-class FakeSource:
+class FakeSource(Drafter):
     """Proposes ``k`` copies of token 1 (deterministic; nothing when ``finds`` is false); ``catch_up`` ms
-    before it can (None: no catch-up); counts the rounds it was kept out (``relaxed``)."""
+    before it can (0: no catch-up); counts the rounds it was kept out (``relaxed``)."""
 
-    def __init__(self, name: str, catch_up: float | None = None, finds: bool = True):
-        self.name, self.finds, self.relaxed = name, finds, 0
+    def __init__(self, name: str, catch_up: float = 0.0, finds: bool = True):
+        self.name, self.catch_up, self.finds, self.relaxed = name, catch_up, finds, 0
         self.contexts: list[DraftContext] = []
-        if catch_up is not None:
-            self.catch_up_ms = lambda token_ids: catch_up
+
+    def catch_up_ms(self, token_ids: list[int]) -> float:
+        return self.catch_up
 
     def relax_catch_up(self) -> None:
         self.relaxed += 1

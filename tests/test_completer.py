@@ -11,12 +11,13 @@ from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramDrafter
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import GenerationConfig, _Output
+from lsp_server.backends.local import as_backend
 from lsp_server.completer import complete, postprocess
 from lsp_server.completion_mode import decide_mode
 from lsp_server.prompt import build_prompt
-from lsp_server.documents import Document
+from lsp_server.workspace.documents import Document
 from lsp_server.draft_sources import DraftSources
-from lsp_server.positions import codec_for
+from lsp_server.workspace.positions import codec_for
 from lsp_server.prompt_tokens import SourceKey
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
@@ -102,7 +103,7 @@ def test_every_drafter_mode_completes_the_same(engine):
     document = Document("file:///held_out.py", text, 0, "python")
     line = len(text.split("\n")) // 3
     position = types.Position(line=line, character=0)
-    texts = {mode: complete(engine, resolve_request(document, position, UTF16,
+    texts = {mode: complete(as_backend(engine), resolve_request(document, position, UTF16,
                                                     Settings(drafter=mode, max_new_tokens=24))).insert_text
              for mode in ("none", "ngram", "model", "staged", "auto")}
     assert len(set(texts.values())) == 1, texts
@@ -110,7 +111,7 @@ def test_every_drafter_mode_completes_the_same(engine):
 
 
 def test_repository_files_similar_to_the_cursor_become_draft_sources(engine, tmp_path):
-    from lsp_server.repo_index import RepoIndex
+    from lsp_server.workspace.repo_index import RepoIndex
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "shapes.py").write_text("class Circle:\n    def area(self):\n        return self.radius_value ** 2\n")
@@ -120,7 +121,7 @@ def test_repository_files_similar_to_the_cursor_become_draft_sources(engine, tmp
     document = Document((tmp_path / "pkg" / "square.py").as_uri(), "class Square:\n    def area(self):\n        return ", 1,
                         "python")
     engine.reset_caches()
-    complete(engine, resolve_request(document, types.Position(line=2, character=15), UTF16, Settings(max_new_tokens=4)),
+    complete(as_backend(engine), resolve_request(document, types.Position(line=2, character=15), UTF16, Settings(max_new_tokens=4)),
              repo=index)
     assert SourceKey((tmp_path / "pkg" / "shapes.py").as_uri()) in engine.sources  # shares identifiers: a source
     assert SourceKey((tmp_path / "pkg" / "other.py").as_uri()) not in engine.sources  # nothing in common
@@ -154,11 +155,11 @@ def test_large_document_parts_are_tokenised_after_the_first_answer_then_drafted_
     request = resolve_request(document, types.Position(line=line, character=0), UTF16, Settings(max_new_tokens=4))
     above_key = SourceKey(document.uri, "above")
     sources.document_closed(engine, document.uri)
-    first = complete(engine, request, sources=sources)
+    first = complete(as_backend(engine), request, sources=sources)
     assert above_key not in engine.sources and not sources.encoder(engine).holds(above_key)
     sources.warm_up(engine)
     assert sources.encoder(engine).holds(above_key)
-    second = complete(engine, request, sources=sources)
+    second = complete(as_backend(engine), request, sources=sources)
     above = engine.sources.tokens(above_key)
     assert above == engine.tokenizer.encode(text[: len(text) - len(text.split("\n", line)[-1])][: -len(
         second.prompt.prefix)], add_special_tokens=False)
@@ -174,7 +175,7 @@ def test_without_deferring_a_large_part_is_a_draft_source_at_once(engine):
     request = resolve_request(document, types.Position(line=len(text.split("\n")) // 2, character=0), UTF16,
                               Settings(max_new_tokens=4))
     sources = DraftSources()
-    complete(engine, request, sources=sources)
+    complete(as_backend(engine), request, sources=sources)
     assert SourceKey(document.uri, "above") in engine.sources and SourceKey(document.uri, "below") in engine.sources
     sources.document_closed(engine, document.uri)
 

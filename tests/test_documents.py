@@ -12,9 +12,9 @@ import pytest
 from lsprotocol import types
 from pygls.protocol import default_converter
 
-from lsp_server.documents import Document, DocumentStore, MalformedChange, structure_change
-from lsp_server.positions import LineIndex, codec_for, column_of, to_model_text, units_of
-from lsp_server.service import CompletionService
+from lsp_server.workspace.documents import Document, DocumentStore, MalformedChange, structure_change
+from lsp_server.workspace.positions import LineIndex, codec_for, column_of, to_model_text, units_of
+from tests.fake_session import services
 from lsp_server.settings import Settings
 from lsp_server.tracing import Tracer
 from lsp_server.worker import ModelWorker
@@ -189,7 +189,7 @@ def test_out_of_sync_after_a_lost_change_until_a_full_text_change_or_a_reopen():
 async def test_completion_on_an_out_of_sync_document_says_why_once_per_state():
     sent = []
     store = opened("def f():\n    ")
-    service = CompletionService(store, ModelWorker(), Tracer(sent.append), lambda: Settings())
+    _, service, _ = services(store, ModelWorker(), Tracer(sent.append))
     store.mark_out_of_sync(URI, "a didChange could not be read (bad)")
     for _ in range(3):
         assert await service.complete("inlineCompletion", URI, types.Position(line=1, character=4)) is None

@@ -1,6 +1,6 @@
 """The pure parts of the stdio transport (issue 19): framing and resynchronisation
-(:mod:`lsp_server.framing`), JSON-RPC envelope checks and the lifecycle gate (:mod:`lsp_server.envelope`),
-and the client-process check (:mod:`lsp_server.parent_watch`)."""
+(:mod:`lsp_server.protocol.framing`), JSON-RPC envelope checks and the lifecycle gate (:mod:`lsp_server.protocol.envelope`),
+and the client-process check (:mod:`lsp_server.protocol.parent_watch`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from lsp_server.envelope import Lifecycle, Phase, Rejection, check_message, parse_body
-from lsp_server.framing import FrameReader, split_overlong_body
-from lsp_server.parent_watch import process_gone
+from lsp_server.protocol.envelope import Lifecycle, Phase, Rejection, check_message, parse_body
+from lsp_server.protocol.framing import FrameReader, split_overlong_body
+from lsp_server.protocol.parent_watch import process_gone
 
 pytestmark = pytest.mark.unit
 

@@ -180,3 +180,55 @@ def test_the_cycle_check_finds_lazy_and_relative_cycles_but_not_type_checking_on
     graph = import_graph(root, ("decoding", "lsp_server"))
     assert graph["decoding.c"] == set() and graph["decoding.d"] == {"decoding.c", "decoding"}
     assert import_cycles(graph) == [["decoding.a", "decoding.b"], ["lsp_server.bench", "lsp_server.cli"]]
+
+
+#: Within lsp_server: (importing package, project packages it may import besides itself; None: any).
+PACKAGE_RULES = {
+    "lsp_server.workspace": ("lsp_server.workspace",),  # documents and files: nothing else of the server
+    "lsp_server.protocol": ("lsp_server.protocol",),  # the wire: no model, no feature
+}
+#: decoding.engine (torch, the local engine) is named in lsp_server only by the local backend's package.
+ENGINE_IMPORTERS = ("lsp_server.backends",)
+
+
+def package_rule_breaks(root: Path) -> list[str]:
+    """``"module imports name"`` for each import that breaks :data:`PACKAGE_RULES` or :data:`ENGINE_IMPORTERS`."""
+    found = []
+    for module, path in project_modules(root, RUNTIME_PACKAGES).items():
+        names = imported_names(path, module)
+        for package, allowed in PACKAGE_RULES.items():
+            if module == package or module.startswith(package + "."):
+                found += [f"{module} imports {name}" for name in sorted(names)
+                          if name.split(".")[0] in RUNTIME_PACKAGES and name != "lsp_server"
+                          and not any(name == a or name.startswith(a + ".") for a in allowed)]
+        if module.startswith("lsp_server") and not module.startswith(ENGINE_IMPORTERS):
+            found += [f"{module} imports {name}" for name in sorted(names) if name.startswith("decoding.engine")]
+    return found
+
+
+def test_the_server_packages_keep_to_their_rules():
+    assert {"lsp_server.workspace.documents", "lsp_server.protocol.transport"} <= set(project_modules(ROOT, RUNTIME_PACKAGES))
+    assert package_rule_breaks(ROOT) == []
+
+
+def test_the_package_rule_check_finds_a_workspace_module_that_reaches_out_and_an_engine_import(tmp_path):
+    root = _write(tmp_path, {
+        "decoding/__init__.py": "",
+        "decoding/engine.py": "",
+        "decoding/types.py": "",
+        "lsp_server/__init__.py": "",
+        "lsp_server/settings.py": "",
+        "lsp_server/session.py": "def f():\n    from decoding.engine import Engine\n",
+        "lsp_server/workspace/__init__.py": "",
+        "lsp_server/workspace/documents.py": "from lsp_server.workspace import positions\nfrom lsp_server import settings\n",
+        "lsp_server/workspace/positions.py": "",
+        "lsp_server/protocol/__init__.py": "",
+        "lsp_server/protocol/transport.py": "from decoding.types import GenerationConfig\n",
+        "lsp_server/backends/__init__.py": "",
+        "lsp_server/backends/local.py": "from decoding.engine import Engine\n",  # allowed
+    })
+    assert package_rule_breaks(root) == [
+        "lsp_server.protocol.transport imports decoding.types",
+        "lsp_server.protocol.transport imports decoding.types.GenerationConfig",
+        "lsp_server.session imports decoding.engine", "lsp_server.session imports decoding.engine.Engine",
+        "lsp_server.workspace.documents imports lsp_server.settings"]

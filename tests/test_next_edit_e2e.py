@@ -17,7 +17,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from bench.corpus import stdlib_root
-from lsp_server.positions import LineIndex, codec_for
+from lsp_server.workspace.positions import LineIndex, codec_for
 from lsp_server.text_edits import apply_edits
 from tests.conftest import STARTER_OPTIONS
 from tests.test_lsp_e2e import capabilities, logged, wait_until_ready

@@ -4,21 +4,21 @@ cursor over the replaced text) without a model call; otherwise the request is co
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from lsprotocol import types
 
 from decoding.generate import FinishReason, Generation
 from decoding.stats import GenerationStats
-from lsp_server import service as service_module
 from lsp_server.completer import Rewrite
-from lsp_server.documents import DocumentStore
-from lsp_server.positions import codec_for
+from lsp_server.workspace.documents import DocumentStore
+from lsp_server.workspace.positions import codec_for
 from lsp_server.rewrite_prompt import RewritePrompt
-from lsp_server.service import CompletionService
 from lsp_server.settings import Settings
 from lsp_server.text_edits import apply_edits, inline_replacement
-from lsp_server.tracing import Tracer
 from lsp_server.worker import READY, ModelWorker
+from tests.fake_session import FakeSession, services
 
 pytestmark = pytest.mark.unit
 
@@ -45,30 +45,29 @@ def test_inline_replacement(edits, cursor, expected):
         assert TEXT[:start] + new_text + TEXT[end:] == apply_edits(TEXT, edits)
 
 
-async def test_a_suggestion_on_the_cursor_line_is_the_inline_item_until_the_document_changes(monkeypatch):
+async def test_a_suggestion_on_the_cursor_line_is_the_inline_item_until_the_document_changes():
     completed = []
 
-    def fake_complete(engine, request, *args, **kwargs):
+    def fake_complete(request):
         completed.append(request.offset)  # no Completion: as when superseded, the answer is empty
 
-    def fake_rewrite(engine, request, history=(), seed=None):
+    def fake_rewrite(request):
         line_start = TEXT.index("    total")
         prompt = RewritePrompt([1], [1], line_start, TEXT.index("\n", line_start), "", "```", True)
         generation = Generation([1], "", FinishReason.STOP, GenerationStats())
         return Rewrite(prompt, generation, "    total = w * height", [(WIDTH, WIDTH + 5, "w")])
 
-    monkeypatch.setattr(service_module, "complete", fake_complete)
-    monkeypatch.setattr(service_module, "rewrite", fake_rewrite)
-    worker = ModelWorker(lambda config, on_stage: object())  # never used: complete() and rewrite() are replaced
+    worker = ModelWorker(lambda config, on_stage: None,
+                         functools.partial(FakeSession, on_complete=fake_complete, on_rewrite=fake_rewrite))
     assert worker.load(Settings().engine_config()).result(timeout=10) == READY
     store, uri = DocumentStore(), "file:///area.py"
-    service = CompletionService(store, worker, Tracer(), Settings)
-    service.position_encoding = "utf-16"
+    pipeline, service, next_edits = services(store, worker)
+    pipeline.position_encoding = "utf-16"
     store.open(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=TEXT))
     at_width = types.Position(line=1, character=WIDTH - LINE_1)
     try:
         assert await service.complete("inlineCompletion", uri, at_width) is None and len(completed) == 1
-        assert (await service.next_edit(uri, types.Position(line=0, character=10))).rewrite.edits
+        assert (await next_edits.next_edit(uri, types.Position(line=0, character=10))).rewrite.edits
         answer = await service.complete("inlineCompletion", uri, at_width)
         assert answer.insert_text == "w" and answer.completion is None and len(completed) == 1
         assert answer.range == types.Range(start=at_width, end=types.Position(line=1, character=WIDTH - LINE_1 + 5))

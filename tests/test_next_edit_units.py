@@ -10,8 +10,8 @@ from transformers import AutoTokenizer
 
 from decoding.capabilities import read_capabilities
 from decoding.starter import TARGET_DIR
-from lsp_server.documents import Document
-from lsp_server.edit_history import MAX_CHARS, MAX_EDITS, EditHistory, changed_span
+from lsp_server.workspace.documents import Document
+from lsp_server.workspace.edit_history import MAX_CHARS, MAX_EDITS, EditHistory, changed_span
 from lsp_server.rewrite_prompt import (
     CHAT_END_MARKER,
     NextEditUnsupported,

@@ -9,8 +9,8 @@ from transformers import AutoTokenizer
 
 from decoding.starter import TARGET_DIR
 from lsp_server.prompt import build_prompt
-from lsp_server.documents import Document, DocumentStore
-from lsp_server.positions import LineIndex, PositionError, codec_for, line_ending, to_document_text
+from lsp_server.workspace.documents import Document, DocumentStore
+from lsp_server.workspace.positions import LineIndex, PositionError, codec_for, line_ending, to_document_text
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 
@@ -157,7 +157,7 @@ def test_line_index_follows_edits_exactly():
     pairs, insert and delete breaks, and touch both ends of the text (the document store uses it)."""
     import random
 
-    from lsp_server.positions import LineIndex
+    from lsp_server.workspace.positions import LineIndex
 
     rng = random.Random(0)
     alphabet = ["a", "b", "\n", "\r", "\r\n", " ", "\u2028", "é", "\x0c"]

@@ -34,9 +34,10 @@ from decoding.loading import load_tokenizer
 from decoding.model_names import pack_available
 from decoding.model_packs import INSTALL_COMMAND, PACKS
 from lsp_server.cli import cut_hole
+from lsp_server.backends.local import as_backend
 from lsp_server.completer import complete
-from lsp_server.documents import Document
-from lsp_server.positions import codec_for
+from lsp_server.workspace.documents import Document
+from lsp_server.workspace.positions import codec_for
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 from tests.test_lsp_e2e import capabilities, wait_until_ready
@@ -109,7 +110,7 @@ def test_capabilities_are_recorded_at_load(engine_fp32):
 def test_plain_decoding_equals_transformers_generate(engine_fp32):
     document, position, _ = held_out_places()[0]
     request = resolve_request(document, position, UTF32, Settings(drafter="none", max_new_tokens=1))
-    prompt = complete(engine_fp32, request).prompt.prompt_ids
+    prompt = complete(as_backend(engine_fp32), request).prompt.prompt_ids
     engine_fp32.reset_caches()
     ours = engine_fp32.generator.generate(prompt, None, GenerationConfig(max_new_tokens=12, max_draft_tokens=0,
                                                                          stop_token_ids=frozenset()))
@@ -126,7 +127,7 @@ def test_every_drafter_equals_plain_greedy_in_float32(engine_fp32, index):
     for drafter in ("none", *(d for d in DRAFTER_MODES if d != "none")):
         engine_fp32.reset_caches()
         request = resolve_request(document, position, UTF32, Settings(drafter=drafter, max_new_tokens=32))
-        generation = complete(engine_fp32, request).generation
+        generation = complete(as_backend(engine_fp32), request).generation
         outputs[drafter], passes[drafter] = generation.token_ids, generation.stats.target_passes
     assert outputs["none"], label
     for drafter, tokens in outputs.items():
@@ -189,3 +190,21 @@ async def test_lsp_inline_completion_on_held_out_code_parses_when_inserted(real_
     assert inserted.strip()
     offset = document.lines.offset_at(position, UTF32)
     ast.parse(document.text[:offset] + inserted + document.text[offset:])
+
+
+def test_the_torch_free_tokenizer_of_a_remote_backend_tokenises_as_the_engines(real_dirs):
+    """A remote backend loads the model's tokenizer.json without transformers' auto classes (they import
+    torch); on the Qwen2.5-Coder packs it must give the engine's tokens and text (held-out code)."""
+    from bench.corpus import corpus_files
+
+    for directory in real_dirs.values():
+        engine = load_tokenizer(str(directory), local_only=True)
+        remote = load_tokenizer(str(directory), local_only=True, without_torch=True)
+        assert type(engine).__name__ == "Qwen2Tokenizer" and type(remote).__name__ != type(engine).__name__
+        texts = [path.read_text(encoding="utf-8") for path in corpus_files("2026")[:40]]
+        texts += ["x = 123456789\n\n    \t  y\r\n", "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>", "é😀日本語"]
+        for text in texts:
+            ids = engine.encode(text, add_special_tokens=False)
+            assert remote.encode(text, add_special_tokens=False) == ids
+            assert remote.decode(ids) == engine.decode(ids)
+        assert remote.all_special_tokens == engine.all_special_tokens and remote.eos_token_id == engine.eos_token_id

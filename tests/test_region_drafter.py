@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from decoding.draft_length import DraftLengthPolicy
-from decoding.drafters.base import Draft, DraftContext
+from decoding.drafters.base import Draft, DraftContext, Drafter
 from decoding.drafters.region import RegionDrafter
 from decoding.drafters.switching import SwitchingDrafter
 from decoding.sampling import SamplingParams
@@ -109,7 +109,7 @@ def test_invalid_arguments_are_refused():
         RegionDrafter(DRAFT_IDS, -1)
 
 
-class FixedDrafter:
+class FixedDrafter(Drafter):
     """Always proposes ``tokens`` (cut to the round's k)."""
 
     def __init__(self, name, tokens, probs=None):

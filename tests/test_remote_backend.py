@@ -26,8 +26,8 @@ from lsp_server.backends.llamacpp_infill import LlamaCppInfillBackend
 from lsp_server.backends.loading import RemoteConfig
 from lsp_server.backends.openai import OpenAICompletionsBackend
 from lsp_server.backends.remote import Backoff, load_model_tokenizer
-from lsp_server.documents import DocumentStore
-from lsp_server.service import CompletionService
+from lsp_server.workspace.documents import DocumentStore
+from tests.fake_session import services
 from lsp_server.settings import Settings
 from lsp_server.tracing import Tracer
 from lsp_server.worker import READY, ModelWorker
@@ -290,7 +290,7 @@ async def test_service_shows_each_failure_kind_once_answers_empty_and_logs_recov
     tracer = Tracer(lambda params: logs.append(params.message))
     store = DocumentStore()
     store.open(types.TextDocumentItem(uri="file:///a.py", language_id="python", version=1, text="x = 1\ny = "))
-    service = CompletionService(store, worker, tracer, lambda: Settings(), notify_user=lambda m, k: shown.append(m))
+    _, service, _ = services(store, worker, tracer, notify_user=lambda m, k: shown.append(m))
     position = types.Position(line=1, character=4)
     fake.reply = lambda h: h.send_error_json(500, "engine crashed")
     for _ in range(3):

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from lsprotocol import types
 
-from lsp_server.documents import Document
-from lsp_server.file_rules import refused_root, uri_looks_secret
-from lsp_server.file_watch import IndexWatcher
+from lsp_server.workspace.documents import Document
+from lsp_server.workspace.file_rules import refused_root, uri_looks_secret
+from lsp_server.workspace.file_watch import IndexWatcher
 from lsp_server.indexing import choose_roots
-from lsp_server.positions import codec_for
+from lsp_server.workspace.positions import codec_for
 from lsp_server.prompt import build_prompt
 from lsp_server.related_files import Candidate, candidates, select_snippets
-from lsp_server.repo_index import IndexConfig, RepoIndex, identifiers, is_secret
+from lsp_server.workspace.repo_index import IndexConfig, RepoIndex, identifiers, is_secret
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 
@@ -221,7 +221,7 @@ def test_repository_prompt_format_and_budget():
     assert tokenizer.decode(plain.prompt_ids).startswith("<|fim_prefix|>")
 
 
-# Roots and secret documents (lsp_server.file_rules, lsp_server.indexing) ----------------------------------
+# Roots and secret documents (lsp_server.workspace.file_rules, lsp_server.indexing) ----------------------------------
 
 @pytest.fixture()
 def home(tmp_path, monkeypatch) -> Path:
@@ -292,7 +292,7 @@ def test_a_gitignore_that_cannot_be_read_excludes_its_directory(tmp_path, gitign
     else:
         (tmp_path / ".gitignore").write_text("#" * 300 + "\nprivate/\n")
     index = RepoIndex([tmp_path], IndexConfig(max_file_bytes=200))
-    with unittest.mock.patch("lsp_server.repo_index.GITIGNORE_MAX_BYTES", 100):
+    with unittest.mock.patch("lsp_server.workspace.repo_index.GITIGNORE_MAX_BYTES", 100):
         index.scan()
     assert indexed(index) == set(), "what the unread .gitignore would ignore is unknown: nothing is indexed"
     assert index.skipped["gitignore-unreadable"] >= 1

@@ -11,8 +11,9 @@ import threading
 import pytest
 from pygls.exceptions import JsonRpcInternalError
 
-from lsp_server.parent_watch import watch_parent
-from lsp_server.server import ANSWERED, create_server
+from lsp_server.protocol.parent_watch import watch_parent
+from lsp_server.protocol.transport import ANSWERED
+from lsp_server.server import create_server
 from lsp_server.tracing import Tracer
 
 pytestmark = pytest.mark.unit

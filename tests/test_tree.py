@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from decoding.drafters.base import Draft
+from decoding.drafters.base import Draft, Drafter
 from decoding.drafters.ngram import NgramDrafter
 from decoding.generate import GenerationConfig, SpeculativeGenerator
 from decoding.kv_cache import KVCacheState
@@ -107,7 +107,7 @@ def test_tree_greedy_equals_plain_greedy(target_model, toy_tokenizer, k):
     assert spec.stats.target_passes > 1
 
 
-class FixedTreeDrafter:
+class FixedTreeDrafter(Drafter):
     """Proposes the same tree every round (deterministic candidates)."""
 
     name = "fixed-tree"
@@ -212,7 +212,7 @@ def test_checking_candidates_independently_fails_the_same_test(peaked):
     assert chi_square_pvalue(counts, exact) < 1e-6
 
 
-class DropUnsureTokenDrafter:
+class DropUnsureTokenDrafter(Drafter):
     """WRONG: samples each draft token, then drops it (ending the draft) when its own draft
     probability is under the threshold. The kept tokens then follow a truncated q, while
     verification divides by the full q."""

@@ -4,6 +4,12 @@ A drafter never sees the target model. It gets a frozen :class:`DraftContext` (t
 and how many tokens it may propose) and returns a :class:`Draft` of *new tokens only*, with the
 draft probabilities they were sampled from, or ``None`` for a deterministic draft (n-gram lookup),
 which verification treats as one-hot.
+
+A drafter with a model of its own also says what its model's catch-up would cost (feeding the committed
+tokens its KV cache lacks) and is told when that kept it out (:mod:`decoding.drafters.switching`). The
+:class:`Drafter` protocol gives those two members defaults for drafters without a catch-up; every drafter
+class subclasses it explicitly, so it inherits them (PEP 544: a protocol's methods are the defaults of its
+explicit subclasses).
 """
 
 from __future__ import annotations
@@ -13,8 +19,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from decoding.sampling import SamplingParams
 from decoding.tree import DraftTree
+from decoding.types import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -54,3 +60,15 @@ class Drafter(Protocol):
     def observe(self, draft: Draft, num_accepted: int) -> None:
         """Called after verification with the number of ``draft.tokens`` the target accepted."""
         ...
+
+    def catch_up_ms(self, token_ids: list[int]) -> float:
+        """Expected ms to feed the committed tokens its model's KV cache lacks before it can draft after
+        ``token_ids`` (a cold prompt: nearly all of them); 0.0 when there is nothing to catch up.
+
+        Default: 0.0, for drafters without a model of their own (n-gram lookup, the region drafter).
+        """
+        return 0.0
+
+    def relax_catch_up(self) -> None:
+        """Called each round its :meth:`catch_up_ms` kept it out of drafting, so one estimate measured
+        too high cannot keep it out for good. Default: nothing to relax."""

@@ -21,14 +21,14 @@ import time
 import torch
 from transformers import PreTrainedModel
 
-from decoding.drafters.base import Draft, DraftContext
+from decoding.drafters.base import Draft, DraftContext, Drafter
 from decoding.kv_cache import KVCacheState
 from decoding.sampling import processed_probs, sample
 
 CATCH_UP_TOKENS = 32  # a pass feeding at least this many tokens is a catch-up (its time per token is measured)
 
 
-class ModelDrafter:
+class ModelDrafter(Drafter):
     """Drafter sampling k tokens autoregressively from a draft model.
 
     Args:

@@ -13,31 +13,15 @@ The committed tokens are searched directly (:class:`TokenBuffer`); the extra sou
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from decoding.drafters.base import Draft, DraftContext
+from decoding.drafters.base import Draft, DraftContext, Drafter
 from decoding.drafters.ngram_store import NgramStore
 from decoding.drafters.token_buffer import TokenBuffer
 from decoding.tree import DraftTree
+from decoding.types import NgramConfig  # defined there (torch-free); imported here too
 
 
-@dataclass(frozen=True)
-class NgramConfig:
-    """Match lengths of the n-gram drafter."""
-
-    # Shortest suffix that may be matched, in tokens. One token, as in transformers' prompt lookup:
-    # where verifying k tokens costs about as much as one (a CPU in bf16, a GPU), even a one-token
-    # match's draft pays. Measured with `speclsp bench decode` prompts (10 edit, 10 FIM): tokens per
-    # pass 1.44 -> 1.59 (edit) and 1.42 -> 1.58 (FIM), tokens/s +6% and +4%, against min_ngram 2.
-    min_ngram: int = 1
-    max_ngram: int = 6  # longest suffix tried first, in tokens
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.min_ngram <= self.max_ngram:
-            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}")
-
-
-class NgramDrafter:
+class NgramDrafter(Drafter):
     """Drafter proposing continuations of the longest matching recent n-gram.
 
     Args:

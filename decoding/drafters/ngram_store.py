@@ -39,7 +39,7 @@ class NgramStore:
     """The n-gram table of a set of named token sources.
 
     Args:
-        config: n-gram lengths (a :class:`decoding.drafters.ngram.NgramConfig`).
+        config: n-gram lengths (a :class:`decoding.types.NgramConfig`).
         max_per_key: entries kept per n-gram, most recent first.
     """
 

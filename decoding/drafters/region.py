@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from decoding.drafters.base import Draft, DraftContext
+from decoding.drafters.base import Draft, DraftContext, Drafter
 
 REGION_SOURCE = "region"  # the drafter's default name, and its source in the generation stats
 
 
-class RegionDrafter:
+class RegionDrafter(Drafter):
     """Drafter proposing the original region's tokens after the pointer (see the module docstring).
 
     Args:

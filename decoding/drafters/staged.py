@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from decoding.drafters.base import Draft, DraftContext
+from decoding.drafters.base import Draft, DraftContext, Drafter
 from decoding.drafters.draft_model import ModelDrafter, unsure
 from decoding.drafters.ngram import NgramDrafter
 from decoding.sampling import processed_probs
 from decoding.verify import greedy_verify, speculative_verify
 
 
-class StagedDrafter:
+class StagedDrafter(Drafter):
     """The n-gram draft checked and continued by the draft model (see the module docstring).
 
     Args:

@@ -28,7 +28,7 @@ from decoding.draft_length import DraftLengthPolicy
 from decoding.drafters.base import Draft, DraftContext, Drafter
 
 
-class SwitchingDrafter:
+class SwitchingDrafter(Drafter):
     """Chooses among ``drafters`` (cheapest first) and sizes each draft by expected gain.
 
     Args:
@@ -70,9 +70,7 @@ class SwitchingDrafter:
             k = plans[i][0]
             if k > 0 and not self._worth(catch_ups[i], gains[i], free_gain, context):
                 k = 0
-                relax = getattr(drafter, "relax_catch_up", None)
-                if relax is not None:
-                    relax()  # a cost measured too high must not shut the source out for good
+                drafter.relax_catch_up()  # a cost measured too high must not shut the source out for good
             if k <= 0:
                 self.policy.idle(drafter.name)
                 continue
@@ -95,13 +93,12 @@ class SwitchingDrafter:
         return None
 
     def _catch_ups(self, context: DraftContext) -> list[float]:
-        """Per source, its model's catch-up before it can draft (feeding the committed tokens its KV
-        cache lacks, e.g. a cold prompt) in verify passes; 0 for sources without one or where the verify
-        time is unknown (seeded runs: decisions must not depend on timing)."""
+        """Per source, its model's catch-up before it can draft (:meth:`Drafter.catch_up_ms`: feeding the
+        committed tokens its KV cache lacks, e.g. a cold prompt) in verify passes; 0 for sources without
+        one or where the verify time is unknown (seeded runs: decisions must not depend on timing)."""
         if context.remaining_tokens <= 0 or context.verify_ms <= 0:
             return [0.0] * len(self.drafters)
-        catch_up = [getattr(d, "catch_up_ms", None) for d in self.drafters]
-        return [f(context.token_ids) / context.verify_ms if f is not None else 0.0 for f in catch_up]
+        return [d.catch_up_ms(context.token_ids) / context.verify_ms for d in self.drafters]
 
     @staticmethod
     def _worth(catch_up: float, gain: float, free_gain: float, context: DraftContext) -> bool:

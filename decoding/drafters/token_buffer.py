@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from decoding.drafters.ngram import NgramConfig
+from decoding.types import NgramConfig
 
 
 _WORD = array("I").itemsize  # bytes per token id in a TokenBuffer

@@ -9,8 +9,11 @@ or a remote serving engine over HTTP (:mod:`lsp_server.backends.openai`) serves 
 * ``completion_stop_ids``: the ids that end a completion (a special token never belongs in code);
 * :meth:`GenerationBackend.generate` / :meth:`GenerationBackend.rewrite`: a prompt in, a
   :class:`decoding.generate.Generation` out (text, token count, finish reason, stage timings);
-* ``engine``: the local engine whose n-gram store and KV caches the draft sources keep up to date
-  (:mod:`lsp_server.draft_sources`); ``None`` for a remote backend, which drafts on its own.
+* the draft sources and caches the model session keeps up to date (:mod:`lsp_server.draft_sources`):
+  :meth:`GenerationBackend.sync_sources`, :meth:`~GenerationBackend.forget_source`,
+  :meth:`~GenerationBackend.forget_cache` and :meth:`~GenerationBackend.prefill`; ``keeps_sources`` says
+  whether they do anything (a remote engine drafts from its own state and keeps its own caches: for it
+  they are no-ops, and :meth:`~GenerationBackend.prefill` computes nothing).
 
 Failures of a remote engine are :class:`BackendError` (typed by ``kind``); the service maps them to one
 message per kind and an empty answer. The local engine never raises it.
@@ -18,15 +21,14 @@ message per kind and an empty answer. The local engine never raises it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from decoding.capabilities import ModelCapabilities
-from decoding.generate import Generation, GenerationConfig
+from decoding.types import Generation, GenerationConfig
 
 if TYPE_CHECKING:
-    from decoding.engine import Engine
     from lsp_server.prompt import Prompt
     from lsp_server.rewrite_prompt import RewritePrompt
 
@@ -81,7 +83,7 @@ class GenerationBackend(Protocol):
     tokenizer: object  # a transformers tokenizer (fast): prompt budgets and the model's own format
     capabilities: ModelCapabilities
     completion_stop_ids: frozenset[int]
-    engine: Engine | None  # the local engine (n-gram sources, KV caches); None for a remote backend
+    keeps_sources: bool  # True: n-gram sources and KV caches live here (local); False: all no-ops (remote)
 
     def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str,
                  should_stop: Callable[[], bool], cache_key: Hashable = None) -> Generation:
@@ -105,3 +107,21 @@ class GenerationBackend(Protocol):
 
     def claim_thread(self) -> None:
         """Make the calling thread (the model thread) the only one allowed to use the backend."""
+
+    def sync_sources(self, wanted: dict[Hashable, tuple[object, object]], retain: Set[Hashable] = frozenset(),
+                     drop: Set[Hashable] = frozenset(), searched: Set[Hashable] = frozenset()) -> None:
+        """Make the n-gram store hold ``wanted`` (``{key: (version, text or a getter of its token ids)}``);
+        see :meth:`decoding.engine.Engine.sync_sources`. A no-op without local sources."""
+
+    def has_source(self, key: Hashable) -> bool:
+        """Whether the n-gram store holds ``key`` (always ``False`` without local sources)."""
+
+    def forget_source(self, key: Hashable) -> None:
+        """Drop the n-gram source ``key``: it never proposes its old text again."""
+
+    def forget_cache(self, cache_key: Hashable) -> None:
+        """Drop the KV caches kept under ``cache_key`` (a document closed)."""
+
+    def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool]) -> int:
+        """Compute ``prompt_ids`` into the KV cache of ``cache_key`` ahead of a request whose prompt starts
+        with them; returns the prompt tokens computed (0 for a remote engine, which keeps its own cache)."""

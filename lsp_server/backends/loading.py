@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from decoding.engine import Engine, EngineConfig
+from decoding.types import EngineConfig
 from lsp_server.backends.base import (
     BACKENDS,
     LLAMACPP_INFILL,
@@ -42,11 +42,12 @@ def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str],
         decoding.errors.ModelLoadError: a local model, or a remote backend's tokenizer, cannot load.
         ValueError: an unknown backend, or a remote one without an endpoint or with a malformed one.
     """
-    from lsp_server.backends.local import LocalBackend
-
     if isinstance(config, EngineConfig):
         config = BackendConfig(engine=config)
-    if config.kind == LOCAL:
+    if config.kind == LOCAL:  # torch and the engine load only here: a remote backend never imports them
+        from decoding.engine import Engine
+        from lsp_server.backends.local import LocalBackend
+
         return LocalBackend(Engine.load(config.engine, on_stage))
     if config.kind not in BACKENDS:
         raise ValueError(f"unknown backend {config.kind!r}; use one of {', '.join(BACKENDS)}")

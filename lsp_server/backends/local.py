@@ -6,12 +6,12 @@ generations keep their speculative statistics (per-source acceptance, passes, st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Set
 from typing import TYPE_CHECKING
 
 from decoding.engine import Engine
-from decoding.generate import Generation, GenerationConfig
-from lsp_server.backends.base import LoadedModels
+from decoding.types import Generation, GenerationConfig
+from lsp_server.backends.base import GenerationBackend, LoadedModels
 
 if TYPE_CHECKING:
     from lsp_server.prompt import Prompt
@@ -24,6 +24,7 @@ class LocalBackend:
     """The local engine as a :class:`lsp_server.backends.base.GenerationBackend`."""
 
     name = LOCAL
+    keeps_sources = True
 
     def __init__(self, engine: Engine):
         self.engine = engine
@@ -50,8 +51,25 @@ class LocalBackend:
     def claim_thread(self) -> None:
         self.engine.claim_thread()
 
+    def sync_sources(self, wanted: dict[Hashable, tuple[object, object]], retain: Set[Hashable] = frozenset(),
+                     drop: Set[Hashable] = frozenset(), searched: Set[Hashable] = frozenset()) -> None:
+        self.engine.sync_sources(wanted, retain=retain, drop=drop, searched=searched)
 
-def as_backend(backend_or_engine) -> object:
-    """A backend as it is; a bare :class:`~decoding.engine.Engine` (the command line, tests) wrapped in
-    :class:`LocalBackend`."""
+    def has_source(self, key: Hashable) -> bool:
+        return key in self.engine.sources
+
+    def forget_source(self, key: Hashable) -> None:
+        self.engine.forget_source(key)
+
+    def forget_cache(self, cache_key: Hashable) -> None:
+        self.engine.forget_cache(cache_key)
+
+    def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool]) -> int:
+        """:meth:`decoding.engine.Engine.prefill` (the chunks polled with ``should_stop``)."""
+        return self.engine.prefill(prompt_ids, cache_key=cache_key, should_stop=should_stop)
+
+
+def as_backend(backend_or_engine: Engine | GenerationBackend) -> GenerationBackend:
+    """A backend as it is; a bare :class:`~decoding.engine.Engine` wrapped in :class:`LocalBackend`. For the
+    edges that hold an engine (the command line, ``bench/``, test fixtures); nothing below them takes one."""
     return LocalBackend(backend_or_engine) if isinstance(backend_or_engine, Engine) else backend_or_engine

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
-from decoding.generate import Generation, GenerationConfig
+from decoding.types import Generation, GenerationConfig
 from lsp_server.backends.base import OPENAI, BackendError
 from lsp_server.backends.http_stream import MalformedResponse
 from lsp_server.backends.remote import Chunk, RemoteBackend

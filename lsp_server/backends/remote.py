@@ -28,7 +28,7 @@ from pathlib import Path
 
 from decoding.capabilities import read_capabilities
 from decoding.errors import ModelLoadError
-from decoding.generate import FinishReason, Generation, GenerationConfig
+from decoding.types import FinishReason, Generation, GenerationConfig
 from decoding.model_names import AUTO, model_location, pack_available
 from decoding.model_packs import PACKS
 from decoding.stats import GenerationStats, SourceStats
@@ -120,7 +120,7 @@ def load_model_tokenizer(model: str, on_stage: Callable[[str], None] | None = No
         on_stage(f"loading the tokenizer of {name}")
     location, local_only = model_location(name, on_stage)
     try:
-        tokenizer = load_tokenizer(location, local_only)
+        tokenizer = load_tokenizer(location, local_only, without_torch=True)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"could not load the tokenizer of {name!r} from {location}: {exc}") from exc
     eos_ids = {tokenizer.eos_token_id} - {None}
@@ -135,6 +135,7 @@ class RemoteBackend:
     """A remote engine behind the seam; subclasses say which request to send and how to read its events."""
 
     name = "remote"
+    keeps_sources = False  # the remote engine drafts from its own state and keeps its own caches
 
     def __init__(self, config: RemoteConfig, tokenizer, capabilities, tls: ssl.SSLContext | None = None):
         self.config = config
@@ -142,7 +143,6 @@ class RemoteBackend:
         self.tokenizer = tokenizer
         self.capabilities = capabilities
         self.completion_stop_ids = capabilities.stop_ids
-        self.engine = None  # no local engine: the remote one drafts from its own state
         self.backoff = Backoff()
         self.tls = tls
 
@@ -152,6 +152,22 @@ class RemoteBackend:
 
     def claim_thread(self) -> None:
         """Nothing to claim: the backend holds no thread-bound state (the worker still runs it in order)."""
+
+    # No local draft sources or caches (see lsp_server.backends.base): these do nothing.
+    def sync_sources(self, wanted, retain=frozenset(), drop=frozenset(), searched=frozenset()) -> None:
+        pass
+
+    def has_source(self, key: Hashable) -> bool:
+        return False
+
+    def forget_source(self, key: Hashable) -> None:
+        pass
+
+    def forget_cache(self, cache_key: Hashable) -> None:
+        pass
+
+    def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool]) -> int:
+        return 0
 
     def _headers(self) -> dict[str, str]:
         """Request headers; the API key read from its environment variable at each request.

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 def register(server: SpeclspServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
     async def completion(ls: SpeclspServer, params: types.CompletionParams) -> types.CompletionList:
-        answer = await ls.service.complete("completion", params.text_document.uri, params.position)
+        answer = await ls.completions.complete("completion", params.text_document.uri, params.position)
         if answer is None:
             return types.CompletionList(is_incomplete=True, items=[])
         first_line = answer.insert_text.splitlines()[0] if answer.insert_text else ""

@@ -1,10 +1,10 @@
 """``textDocument/didOpen``, ``textDocument/didChange`` (incremental) and ``textDocument/didClose``.
 
 A ``didChange`` arrives structured by the protocol (:class:`lsp_server.server.SpeclspProtocol`), or as
-a :class:`~lsp_server.documents.MalformedChange` when its parameters do not fit the protocol's types:
+a :class:`~lsp_server.workspace.documents.MalformedChange` when its parameters do not fit the protocol's types:
 its document is then out of sync (an error in the log; no completions from stale text) until a
 full-text change or a reopen. Each applied change is also noted in the document's edit history
-(:mod:`lsp_server.edit_history`), for next-edit suggestions.
+(:mod:`lsp_server.workspace.edit_history`), for next-edit suggestions.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from lsp_server.documents import MalformedChange
-from lsp_server.positions import codec_for
+from lsp_server.workspace.documents import MalformedChange
+from lsp_server.workspace.positions import codec_for
 
 if TYPE_CHECKING:
     from lsp_server.server import SpeclspServer
@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 def register(server: SpeclspServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: SpeclspServer, params: types.DidOpenTextDocumentParams) -> None:
-        ls.store.open(params.text_document)
-        ls.service.document_opened(params.text_document.uri)
+        ls.pipeline.document_opened(ls.store.open(params.text_document))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: SpeclspServer, params: types.DidChangeTextDocumentParams | MalformedChange) -> None:
@@ -32,21 +31,25 @@ def register(server: SpeclspServer) -> None:
             lost_change(ls, params)
             return
         uri = params.text_document.uri
-        ls.service.cancel_document(uri)  # the text the generation started from is gone
+        ls.pipeline.cancel_document(uri)  # the text the generation started from is gone
         before, applied = ls.store.get(uri), []
         try:
-            after = ls.store.change(params, codec_for(ls.service.position_encoding), applied)
+            after = ls.store.change(params, codec_for(ls.pipeline.position_encoding), applied)
         except KeyError:
-            ls.tracer.message(f"[speclsp] didChange for {uri}, which is not open; ignored", types.MessageType.Warning)
+            ls.tracer.message(f"[speclsp] didChange for {ls.names(uri)}, which is not open; ignored",
+                              types.MessageType.Warning)
             return
         if before is not None and before.in_sync and after.in_sync:  # the user's recent edits, for next edits
-            ls.service.history.record(before, after, applied)
+            ls.next_edits.history.record(before, after, applied)
+        ls.pipeline.document_changed(after)  # the session works ahead of the next request
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: SpeclspServer, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         ls.store.close(uri)
-        ls.service.document_closed(uri)  # on the model thread: the engine forgets its text and caches
+        ls.completions.forget(uri)
+        ls.next_edits.forget(uri)
+        ls.pipeline.document_closed(uri)  # on the model thread: the session forgets its text and caches
 
 
 def lost_change(ls: SpeclspServer, malformed: MalformedChange) -> None:
@@ -56,11 +59,12 @@ def lost_change(ls: SpeclspServer, malformed: MalformedChange) -> None:
         ls.tracer.message(f"[speclsp] a didChange that names no document could not be read ({malformed}); "
                           "ignored", types.MessageType.Error)
         return
-    ls.service.cancel_document(malformed.uri)
+    ls.pipeline.cancel_document(malformed.uri)
+    name = ls.names(malformed.uri)
     marked = ls.store.mark_out_of_sync(malformed.uri, f"a didChange could not be read ({malformed})")
     if marked is None:
-        ls.tracer.message(f"[speclsp] didChange for {malformed.uri}, which is not open, could not be read "
+        ls.tracer.message(f"[speclsp] didChange for {name}, which is not open, could not be read "
                           f"({malformed}); ignored", types.MessageType.Error)
         return
-    ls.tracer.message(f"[speclsp] didChange for {malformed.uri} could not be read ({malformed}); no completions "
+    ls.tracer.message(f"[speclsp] didChange for {name} could not be read ({malformed}); no completions "
                       "for it until it is reopened or its full text is sent", types.MessageType.Error)

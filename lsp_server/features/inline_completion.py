@@ -3,7 +3,7 @@
 Answers one item that always carries a ``range`` (an empty range at the cursor, in the negotiated
 position encoding, docs/cases.md L5), or an empty list when there is nothing to offer. The range is
 empty, except for a next-edit suggestion on the cursor's line, whose range runs from the cursor over
-the text it replaces (:meth:`lsp_server.service.CompletionService.complete`).
+the text it replaces (:meth:`lsp_server.completion_service.CompletionService.complete`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def register(server: SpeclspServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: SpeclspServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
         automatic = params.context is not None and params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
-        answer = await ls.service.complete("inlineCompletion", params.text_document.uri, params.position, automatic)
+        answer = await ls.completions.complete("inlineCompletion", params.text_document.uri, params.position, automatic)
         if answer is None:
             return types.InlineCompletionList(items=[])
         return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=answer.insert_text,

@@ -17,7 +17,7 @@ from lsprotocol import types
 
 from decoding.model_names import resolve_pair
 from lsp_server.backends.loading import BackendConfig
-from lsp_server.progress import begin_progress
+from lsp_server.protocol.progress import begin_progress
 from lsp_server.settings import parse_settings
 from lsp_server.worker import READY
 
@@ -85,13 +85,13 @@ def register(server: SpeclspServer) -> None:
         ls.settings, warnings = parse_settings(params.initialization_options, base=ls.base_settings)
         if params.trace is not None:  # pygls only follows $/setTrace
             ls.protocol.trace = params.trace
-        ls.service.position_encoding = ls.workspace.position_encoding
+        ls.pipeline.position_encoding = ls.workspace.position_encoding
         ls.pending_warnings = _apply(ls, warnings)
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: SpeclspServer, params: types.InitializedParams) -> None:
         _warn(ls, ls.pending_warnings)
-        ls.tracer.message(f"[speclsp] position encoding: {ls.service.position_encoding}")
+        ls.tracer.message(f"[speclsp] position encoding: {ls.pipeline.position_encoding}")
         indexing = asyncio.ensure_future(ls.index.rebuild(ls))
         await load_models(ls)
         await indexing

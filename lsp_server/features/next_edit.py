@@ -1,7 +1,7 @@
 """Next-edit suggestions: request ``speclsp/nextEdit`` and ``textDocument/codeAction`` (+ ``codeAction/resolve``).
 
 The region around the cursor is rewritten with the user's recent edits carried through it
-(:meth:`lsp_server.service.CompletionService.next_edit`), and the answer is the minimal edits from the
+(:meth:`lsp_server.next_edit_service.NextEditService.next_edit`), and the answer is the minimal edits from the
 old region to the new, in the negotiated position encoding.
 
 ``speclsp/nextEdit`` (a speclsp extension of LSP), params ``{"textDocument": {"uri"}, "position"}``;
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from lsp_server.positions import codec_for
+from lsp_server.workspace.positions import codec_for
 from lsp_server.text_edits import to_text_edits
 
 if TYPE_CHECKING:
     from lsp_server.server import SpeclspServer
-    from lsp_server.service import NextEdit
+    from lsp_server.next_edit_service import NextEdit
 
 NEXT_EDIT_METHOD = "speclsp/nextEdit"
 ACTION_TITLE = "Apply suggested edit"
@@ -60,7 +60,7 @@ def _params(params: Any) -> tuple[str, types.Position]:
 
 def text_edits(ls: SpeclspServer, answer: NextEdit) -> tuple[list[types.TextEdit], types.Range]:
     """The answer's edits and its region as LSP objects in the negotiated encoding."""
-    codec, lines, prompt = codec_for(ls.service.position_encoding), answer.document.lines, answer.rewrite.prompt
+    codec, lines, prompt = codec_for(ls.pipeline.position_encoding), answer.document.lines, answer.rewrite.prompt
     region = types.Range(start=lines.position_at(prompt.region_start, codec), end=lines.position_at(prompt.region_end, codec))
     return to_text_edits(answer.rewrite.edits, lines, codec), region
 
@@ -98,7 +98,7 @@ def register(server: SpeclspServer) -> None:
     @server.feature(NEXT_EDIT_METHOD)
     async def next_edit(ls: SpeclspServer, params: Any = None) -> dict | None:
         uri, position = _params(params)
-        return next_edit_result(ls, await ls.service.next_edit(uri, position))
+        return next_edit_result(ls, await ls.next_edits.next_edit(uri, position))
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
                     types.CodeActionOptions(code_action_kinds=[ACTION_KIND], resolve_provider=True))
@@ -108,11 +108,11 @@ def register(server: SpeclspServer) -> None:
             return None
         uri, position = params.text_document.uri, params.range.start
         if params.context.trigger_kind == types.CodeActionTriggerKind.Automatic:  # on every cursor move: no model
-            if not ls.service.history.has_edits(uri) or not _resolves_edit(ls):
+            if not ls.next_edits.history.has_edits(uri) or not _resolves_edit(ls):
                 return None
             data = {"uri": uri, "position": {"line": position.line, "character": position.character}}
             return [types.CodeAction(title=ACTION_TITLE, kind=ACTION_KIND, data=data)]
-        action = _action(ls, uri, await ls.service.next_edit(uri, position))
+        action = _action(ls, uri, await ls.next_edits.next_edit(uri, position))
         return [action] if action is not None else None
 
     @server.feature(types.CODE_ACTION_RESOLVE)
@@ -121,7 +121,7 @@ def register(server: SpeclspServer) -> None:
             return action
         uri, position = _params({"textDocument": {"uri": _field(action.data, "uri")},
                                  "position": _field(action.data, "position")})
-        resolved = _action(ls, uri, await ls.service.next_edit(uri, position))
+        resolved = _action(ls, uri, await ls.next_edits.next_edit(uri, position))
         # Nothing to change any more: an empty edit (resolve must answer with the action).
         action.edit = resolved.edit if resolved is not None else types.WorkspaceEdit(changes={})
         return action

@@ -1,8 +1,8 @@
 """The stdio message loop of ``speclsp serve``, in place of pygls' (which only understands one
 spelling of one header, reads any length, and leaves the process to normal interpreter shutdown).
 
-Input: :class:`~lsp_server.framing.FrameReader` reads frames on a thread of its own; each body is
-checked (:mod:`lsp_server.envelope`) and, when it passes, structured and dispatched by pygls' protocol,
+Input: :class:`~lsp_server.protocol.framing.FrameReader` reads frames on a thread of its own; each body is
+checked (:mod:`lsp_server.protocol.envelope`) and, when it passes, structured and dispatched by pygls' protocol,
 which also writes every answer. Every problem is logged (stderr and ``window/logMessage``) and, where
 JSON-RPC allows, answered with an error response (id null when the id is unknown).
 
@@ -12,7 +12,7 @@ keep the process alive or abort it at interpreter shutdown (torch's threads do:
 
 * ``exit``: code 0 after ``shutdown``, else 1 (LSP 3.17);
 * end of stdin, SIGTERM, SIGINT, a closed stdout: the same codes;
-* the client process (``initialize``'s ``processId``) gone: code 1 (:mod:`lsp_server.parent_watch`).
+* the client process (``initialize``'s ``processId``) gone: code 1 (:mod:`lsp_server.protocol.parent_watch`).
 """
 
 from __future__ import annotations
@@ -25,15 +25,16 @@ import signal
 import sys
 import threading
 from functools import partial
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, BinaryIO
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.io_ import StdoutWriter
 
-from lsp_server.envelope import Lifecycle, Phase, Rejection, check_message, parse_body
-from lsp_server.framing import Frame, FrameReader, FramingProblem
-from lsp_server.parent_watch import watch_parent
+from lsp_server.protocol.envelope import Lifecycle, Phase, Rejection, check_message, parse_body
+from lsp_server.protocol.framing import Frame, FrameReader, FramingProblem
+from lsp_server.protocol.parent_watch import watch_parent
 
 if TYPE_CHECKING:
     from lsp_server.server import SpeclspServer
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 #: Seconds an ending process waits for the event loop before it exits anyway (a write blocked on a
 #: client that no longer reads, say).
 EXIT_GRACE_S = 5.0
+#: A message the protocol already answered while structuring it (a request whose params do not fit):
+#: the loop hands it to nobody.
+ANSWERED = SimpleNamespace(jsonrpc="answered")
 _MAX_READ_FAILURES = 100  # reading failures in a row that end the process (a stream that cannot be read)
 
 
@@ -153,8 +157,6 @@ class StdioTransport:
 
     def _dispatch(self, data: dict) -> None:
         """Structure ``data`` and hand it to pygls; notes lifecycle changes."""
-        from lsp_server.server import ANSWERED
-
         if "method" in data and data.get("params") is None:
             data = {**data, "params": None}  # left out or null; pygls' generic types need the key
         try:

@@ -12,7 +12,7 @@ What is indexed, under each workspace folder:
   or one the rules above skip, is not indexed; directories are never entered through a symlink, so
   links cannot lead the scan out of the folders or round a loop;
 * only regular files, read without blocking and never past ``max_file_bytes``
-  (:func:`lsp_server.file_rules.read_regular_file`); FIFOs, sockets and devices are skipped
+  (:func:`lsp_server.workspace.file_rules.read_regular_file`); FIFOs, sockets and devices are skipped
   (``special``);
 * only text: files over ``max_file_bytes``, with a NUL byte, or not UTF-8 are skipped.
 
@@ -38,8 +38,8 @@ from pathlib import Path
 
 import pathspec
 
-from lsp_server.file_rules import UNREADABLE, is_secret, read_regular_file
-from lsp_server.positions import to_model_text
+from lsp_server.workspace.file_rules import UNREADABLE, is_secret, read_regular_file
+from lsp_server.workspace.positions import to_model_text
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from lsp_server.repo_index import RepoIndex
+from lsp_server.workspace.repo_index import RepoIndex
 
 log = logging.getLogger(__name__)
 

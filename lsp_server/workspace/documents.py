@@ -1,6 +1,6 @@
 """The document store: ``didOpen`` / ``didChange`` / ``didClose`` events in, text out.
 
-Incremental changes are applied with :mod:`lsp_server.positions` (LSP line breaks, negotiated
+Incremental changes are applied with :mod:`lsp_server.workspace.positions` (LSP line breaks, negotiated
 encoding), so a document holding form feeds or U+2028 keeps its coordinates right. A change range
 outside the document is clamped as the reference implementation clamps it (a range ending at
 ``{line: lineCount, character: 0}`` ends at the end of the text); a range whose start is after its end
@@ -13,7 +13,7 @@ has; a later full-text change or a reopen brings it back in sync.
 
 The store holds the one copy of each document's text (pygls' workspace keeps none, see
 :class:`lsp_server.server.SpeclspProtocol`); each change makes a new immutable snapshot whose line
-index follows the edit (:meth:`lsp_server.positions.LineIndex.edited`) instead of a rescan.
+index follows the edit (:meth:`lsp_server.workspace.positions.LineIndex.edited`) instead of a rescan.
 
 A lone UTF-16 surrogate (JSON allows ``"\\udcff"``; no UTF-8 text holds one) is stored as U+FFFD:
 the tokenizer cannot encode it, and the replacement has the same length in code points and in UTF-16
@@ -30,7 +30,7 @@ from functools import cached_property
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
-from lsp_server.positions import LineIndex, clamp_raw_position, to_model_text
+from lsp_server.workspace.positions import LineIndex, clamp_raw_position, to_model_text
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -201,7 +201,7 @@ class MalformedChange(ValueError):
 
 def structure_change(converter, raw: object) -> types.DidChangeTextDocumentParams:
     """The ``didChange`` parameters of a raw JSON value (as ``json.loads`` gives it), with negative
-    and overlarge range numbers clamped first (:func:`lsp_server.positions.clamp_raw_position`); a
+    and overlarge range numbers clamped first (:func:`lsp_server.workspace.positions.clamp_raw_position`); a
     the document's ``uri`` and a change's ``text`` must be strings (the converter would accept anything,
     as its ``str()``).
 

@@ -19,8 +19,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from lsp_server.documents import Document
-from lsp_server.positions import to_model_text
+from lsp_server.workspace.documents import Document
+from lsp_server.workspace.positions import to_model_text
 
 COALESCE_S = 1.5  # changes closer together than this (seconds), on touching lines, are one edit
 MAX_EDITS = 5  # edits kept per document

@@ -1,0 +1,98 @@
+"""Next-edit requests (``speclsp/nextEdit``, the code action): :meth:`NextEditService.next_edit`.
+
+After the pipeline's resolution and guards (:mod:`lsp_server.pipeline`), the model session rewrites the
+region around the cursor with the document's recent edits carried through it
+(:meth:`lsp_server.session.ModelSession.rewrite`; the edits are recorded here, :attr:`NextEditService.history`,
+as ``didChange`` applies them). A finished suggestion with edits is kept per document: while the
+document stays as it was, an inline completion request on the cursor's line can answer with it
+(:meth:`NextEditService.inline_replacement`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from decoding.types import FinishReason
+from lsp_server.completer import Rewrite
+from lsp_server.workspace.documents import Document
+from lsp_server.workspace.edit_history import EditHistories
+from lsp_server.pipeline import RequestPipeline
+from lsp_server.request import CompletionRequest
+from lsp_server.rewrite_prompt import NextEditUnsupported
+from lsp_server.session import ModelSession
+from lsp_server.text_edits import inline_replacement
+
+NEXT_EDIT = "nextEdit"  # the method name of next-edit requests in logs and in-flight keys
+
+
+@dataclass(frozen=True)
+class NextEdit:
+    """A finished next-edit rewrite and the document snapshot its edits apply to."""
+
+    document: Document
+    rewrite: Rewrite
+    handler_ms: float  # from the handler's start to the answer (ms)
+
+
+class NextEditService:
+    """Turns next-edit requests into rewrites on the model thread."""
+
+    def __init__(self, pipeline: RequestPipeline):
+        self.pipeline = pipeline
+        self.history = EditHistories()  # recent edits per document
+        self._last: dict[str, NextEdit] = {}  # uri -> its last finished suggestion with edits
+
+    async def next_edit(self, uri: str, position: types.Position) -> NextEdit | None:
+        """A next-edit suggestion at ``position``; ``None`` when there is nothing to suggest (models not
+        ready, a secret-looking or out-of-sync document, a blank region, an unfinished or superseded
+        rewrite). Its edits are ``[]`` when the region stays as it is.
+
+        Raises:
+            JsonRpcInvalidParams: the document is not open or the position is not in it.
+            JsonRpcException: RequestFailed when the model cannot write rewrites.
+        """
+        pipeline = self.pipeline
+        request, span = pipeline.begin(NEXT_EDIT, uri, position)
+        if pipeline.refused(request, span, "suggestion") or not pipeline.ready(span):
+            return None
+        diffs = self.history.diffs(uri, uri.rsplit("/", 1)[-1])  # a snapshot, taken on the event loop
+        try:
+            ran = await pipeline.run(request, span, ModelSession.rewrite, request, diffs)
+        except NextEditUnsupported as exc:
+            span.log("next edits unsupported by the model")
+            raise JsonRpcException(str(exc), code=types.LSPErrorCodes.RequestFailed) from exc
+        if ran is None:
+            return None
+        result = ran.result
+        if result is None:
+            span.log("superseded" if request.cancelled.is_set() else "no suggestion: blank region", ran.queue_ms)
+            return None
+        status = ("superseded" if result.generation.finish_reason == FinishReason.CANCELLED
+                  else "ok" if result.finished else "no suggestion: rewrite unfinished (nextEditMaxNewTokens)")
+        if status == "ok" and not result.edits:
+            status = "ok: no change"
+        handler_ms = span.elapsed_ms
+        span.done(status, result, ran.queue_ms)
+        if not result.finished:
+            return None
+        answer = NextEdit(request.document, result, handler_ms)
+        if result.edits:
+            self._last[uri] = answer
+        return answer
+
+    def inline_replacement(self, request: CompletionRequest) -> tuple[int, int, str] | None:
+        """The document's last suggestion as (start, end, new text) in code points from the cursor,
+        when the document is unchanged since and the whole change lies on the cursor's line at or after
+        the cursor (:func:`lsp_server.text_edits.inline_replacement`); else ``None``."""
+        known = self._last.get(request.uri)
+        if known is None or known.document.text != request.document.text:
+            return None
+        return inline_replacement(request.document.text, known.rewrite.edits, request.offset)
+
+    def forget(self, uri: str) -> None:
+        """A document closed: forget its edits and its last suggestion."""
+        self.history.forget(uri)
+        self._last.pop(uri, None)

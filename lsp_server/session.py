@@ -1,0 +1,136 @@
+"""The model session: everything of the models' that lives on the model thread, behind typed operations.
+
+It owns the generation backends (:mod:`lsp_server.backends`: the local engine or a remote engine's
+client; one per role, so that a next-edit model can sit beside the completion model), the draft sources
+and prompt tokens kept between requests (:class:`lsp_server.draft_sources.DraftSources`), and offers:
+
+* requests: :meth:`ModelSession.complete` and :meth:`ModelSession.rewrite` (a next-edit suggestion);
+* events: :meth:`~ModelSession.document_opened` / ``changed`` / ``closed``, :meth:`~ModelSession.file_changed`
+  (the index watcher), :meth:`~ModelSession.warm_up` (after an answer);
+* work ahead of a request: :meth:`~ModelSession.prefill` (after a change).
+
+Only the model worker (:mod:`lsp_server.worker`) calls these, on its thread, in order: the server's
+services submit operations (``worker.run(ModelSession.complete, ...)``), never closures, and nothing
+above this module touches a backend. The command line builds one directly (it has one thread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from lsp_server.backends.base import GenerationBackend, LoadedModels
+from lsp_server.completer import Completion, Rewrite, complete, rewrite
+from lsp_server.workspace.documents import Document
+from lsp_server.draft_sources import DraftSources
+from lsp_server.workspace.file_rules import uri_looks_secret
+from lsp_server.workspace.repo_index import RepoIndex
+from lsp_server.request import CompletionRequest
+from lsp_server.syntax import parser_for
+
+COMPLETION, NEXT_EDIT = "completion", "nextEdit"  # the backend roles
+ROLES = (COMPLETION, NEXT_EDIT)
+
+
+class ModelSession:
+    """The backends, draft sources and prompt tokens of one server (or one command-line run).
+
+    Args:
+        backends: one backend for every role, or ``{role: backend}`` with at least ``completion``
+            (a role left out uses the completion backend).
+        names: a document URI's short name, for source keys (:class:`lsp_server.workspace.names.DisplayNames`).
+        defer_cold_parts: see :class:`~lsp_server.draft_sources.DraftSources` (the server: true).
+    Raises:
+        ValueError: no completion backend, or an unknown role.
+    """
+
+    def __init__(self, backends: GenerationBackend | Mapping[str, GenerationBackend],
+                 names: Callable[[str], str] | None = None, defer_cold_parts: bool = False):
+        by_role = dict(backends) if isinstance(backends, Mapping) else {COMPLETION: backends}
+        if COMPLETION not in by_role or set(by_role) - set(ROLES):
+            raise ValueError(f"backends need a {COMPLETION!r} one and roles among {', '.join(ROLES)}; got "
+                             f"{', '.join(by_role) or 'none'}")
+        self.backends = {role: by_role.get(role, by_role[COMPLETION]) for role in ROLES}
+        self.sources = DraftSources(defer_cold_parts=defer_cold_parts, names=names)
+
+    def backend(self, role: str = COMPLETION) -> GenerationBackend:
+        return self.backends[role]
+
+    def _distinct_backends(self) -> list[GenerationBackend]:
+        return list({id(b): b for b in self.backends.values()}.values())
+
+    def claim_thread(self) -> None:
+        """Make the calling thread (the model thread) the only one that may use the backends."""
+        for backend in self._distinct_backends():
+            backend.claim_thread()
+
+    def describe(self) -> LoadedModels:
+        """What the completion backend serves, for the status and the logs."""
+        return self.backends[COMPLETION].describe()
+
+    # Requests
+    def complete(self, request: CompletionRequest, other_documents: list[Document] = (),
+                 repo: RepoIndex | None = None, seed: int | None = None) -> Completion | None:
+        """A completion at the request's cursor (:func:`lsp_server.completer.complete`); ``None`` when
+        the request was superseded while it waited (no context built, nothing prefilled).
+
+        Raises:
+            lsp_server.backends.base.BackendError: a remote engine failed.
+        """
+        if request.cancelled.is_set():
+            return None
+        return complete(self.backends[COMPLETION], request, other_documents, repo, self.sources, seed)
+
+    def rewrite(self, request: CompletionRequest, history: list[str] = (),
+                seed: int | None = None) -> Rewrite | None:
+        """A next-edit rewrite of the region around the cursor (:func:`lsp_server.completer.rewrite`),
+        with ``history`` the document's recent edits as diffs (:meth:`lsp_server.workspace.edit_history.EditHistories.diffs`);
+        ``None`` for a blank region, or a request superseded while it waited.
+
+        Raises:
+            lsp_server.rewrite_prompt.NextEditUnsupported: the model cannot write rewrites.
+            lsp_server.backends.base.BackendError: a remote engine failed.
+        """
+        if request.cancelled.is_set():
+            return None
+        return rewrite(self.backends[NEXT_EDIT], request, history, seed)
+
+    # Work ahead of requests
+    def prefill(self, document: Document) -> int:
+        """Compute the prompt the document's next request will start with, ahead of it; returns the
+        prompt tokens computed.
+
+        Today it computes nothing (0): a prompt whose head survives typing (the anchor prompt of the
+        latency work) is what makes a prefill after a keystroke pay; the backends' ``prefill`` is the
+        operation it will call. Called after every change of an open document (:meth:`document_changed`).
+        """
+        return 0
+
+    # Events
+    def document_opened(self, document: Document) -> None:
+        """Tokenise a newly opened document ahead of its first request, and load its language's
+        tree-sitter grammar. A secret-looking document is left alone: it is never completed in."""
+        if uri_looks_secret(document.uri):
+            return
+        self.sources.document_opened(self.backends[COMPLETION], document)
+        parser_for(document.language_id)  # loads the grammar on first use of a language
+
+    def document_changed(self, document: Document) -> int:
+        """An open document changed (its snapshot after the change): prefill ahead of its next request;
+        returns the prompt tokens computed."""
+        if uri_looks_secret(document.uri) or not document.in_sync:
+            return 0
+        return self.prefill(document)
+
+    def document_closed(self, uri: str) -> None:
+        """Forget a closed document's tokens, n-gram sources and KV caches in every backend."""
+        for backend in self._distinct_backends():
+            self.sources.document_closed(backend, uri)
+
+    def file_changed(self, uri: str) -> None:
+        """A file on disk changed (the index watcher): drop the n-gram source of its old text."""
+        for backend in self._distinct_backends():
+            self.sources.file_changed(backend, uri)
+
+    def warm_up(self) -> None:
+        """Tokenise the document parts the last requests deferred (call after answering)."""
+        self.sources.warm_up(self.backends[COMPLETION])

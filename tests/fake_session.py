@@ -1,0 +1,105 @@
+"""Stand-ins for the model side, for testing the request services without a model.
+
+* :class:`FakeSession`: a model session (the operations of :class:`lsp_server.session.ModelSession`)
+  that records every operation it runs and answers ``complete`` / ``rewrite`` from functions the test
+  gives; handed to :class:`lsp_server.worker.ModelWorker` as its session factory.
+* :class:`FakeBackend`: the least a real :class:`~lsp_server.session.ModelSession` needs of a backend
+  to be built and described (no generation).
+* :func:`services`: the pipeline and both services over a store and a worker, wired as the server wires them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from lsp_server.backends.base import LoadedModels
+from lsp_server.completion_service import CompletionService
+from lsp_server.next_edit_service import NextEditService
+from lsp_server.pipeline import RequestPipeline
+from lsp_server.settings import Settings
+from lsp_server.tracing import Tracer
+
+DESCRIBED = LoadedModels("fake-target", "none", "cpu", "none", None)
+
+
+class FakeBackend:
+    """Describes itself and claims the thread; nothing else."""
+
+    name = "fake"
+    keeps_sources = False
+
+    def __init__(self):
+        self.thread: int | None = None
+
+    def describe(self) -> LoadedModels:
+        return DESCRIBED
+
+    def claim_thread(self) -> None:
+        self.thread = threading.get_ident()
+
+
+class FakeSession:
+    """Records ``(operation, args)`` in :attr:`calls` (on the model thread) and answers from ``on_complete``
+    / ``on_rewrite`` (``request -> result``; default ``None``, as a superseded request).
+
+    Accepts the keywords the server passes to its session factory (``names``, ``defer_cold_parts``)."""
+
+    def __init__(self, backend=None, on_complete: Callable | None = None, on_rewrite: Callable | None = None,
+                 **_server_keywords):
+        self.backend = backend
+        self.on_complete, self.on_rewrite = on_complete, on_rewrite
+        self.calls: list[tuple[str, tuple]] = []
+        self.threads: set[int] = set()  # the threads its operations ran on
+        self.called = threading.Event()  # set after every operation
+
+    def _record(self, name: str, *args) -> None:
+        self.calls.append((name, args))
+        self.threads.add(threading.get_ident())
+        self.called.set()
+
+    def names(self) -> list[str]:
+        """The operations run so far, in order."""
+        return [name for name, _ in self.calls]
+
+    def claim_thread(self) -> None:
+        self._record("claim_thread")
+
+    def describe(self) -> LoadedModels:
+        return DESCRIBED
+
+    def complete(self, request, other_documents=(), repo=None, seed=None):
+        self._record("complete", request, other_documents, repo)
+        return self.on_complete(request) if self.on_complete is not None else None
+
+    def rewrite(self, request, history=(), seed=None):
+        self._record("rewrite", request, history)
+        return self.on_rewrite(request) if self.on_rewrite is not None else None
+
+    def prefill(self, document) -> int:
+        self._record("prefill", document)
+        return 0
+
+    def document_opened(self, document) -> None:
+        self._record("document_opened", document)
+
+    def document_changed(self, document) -> int:
+        self._record("document_changed", document)
+        return self.prefill(document)
+
+    def document_closed(self, uri) -> None:
+        self._record("document_closed", uri)
+
+    def file_changed(self, uri) -> None:
+        self._record("file_changed", uri)
+
+    def warm_up(self) -> None:
+        self._record("warm_up")
+
+
+def services(store, worker, tracer: Tracer | None = None, settings_ref: Callable[[], Settings] = Settings,
+             **pipeline_keywords) -> tuple[RequestPipeline, CompletionService, NextEditService]:
+    """The pipeline, the completion service and the next-edit service, wired as in the server."""
+    pipeline = RequestPipeline(store, worker, tracer or Tracer(), settings_ref, **pipeline_keywords)
+    next_edits = NextEditService(pipeline)
+    return pipeline, CompletionService(pipeline, next_edits), next_edits

@@ -1,0 +1,136 @@
+"""The server in process, on a fake model session: document notifications reach the session on the model
+thread (a didChange reaches its ``prefill``), and log messages name documents by their short,
+workspace-relative names, never by absolute path (issue 30)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from lsp_server.prompt_tokens import SourceKey
+from lsp_server.server import create_server
+from lsp_server.session import ModelSession
+from lsp_server.workspace.names import DisplayNames, short_name
+from tests.fake_session import FakeBackend, FakeSession
+
+pytestmark = pytest.mark.unit
+
+
+class _Captured:
+    """A pygls writer that keeps every JSON message written."""
+
+    def __init__(self):
+        self.messages: list[dict] = []
+
+    def write(self, data: bytes) -> None:
+        self.messages.append(json.loads(data.split(b"\r\n\r\n", 1)[1]))
+
+    def close(self) -> None:
+        pass
+
+    def logs(self) -> list[str]:
+        return [m["params"]["message"] for m in self.messages if m.get("method") == "window/logMessage"]
+
+
+@pytest.fixture()
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    for name in ("pkg/__init__.py", "other/__init__.py", "pkg/app.py"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x = 1\n")
+    return root
+
+
+@pytest.fixture()
+async def server(workspace: Path):
+    server = create_server(loader=lambda config, on_stage: FakeBackend(), session_factory=FakeSession)
+    server.protocol.set_writer(_Captured())
+    _send(server, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                   "params": {"processId": None, "rootUri": workspace.as_uri(), "capabilities": {}}})
+    await server.index.rebuild(server)  # as on `initialized`: the workspace folders name the documents
+    assert server.worker.load(server.settings.backend_config()).result(timeout=10) == "ready"
+    yield server
+    server.index.stop()
+    server.worker.shutdown()
+
+
+def _send(server, message: dict) -> None:
+    server.protocol.handle_message(server.protocol.structure_message(message))
+
+
+def _notify(server, method: str, params: dict) -> None:
+    _send(server, {"jsonrpc": "2.0", "method": method, "params": params})
+
+
+def _open(server, uri: str, text: str) -> None:
+    _notify(server, "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}})
+
+
+def _session(server) -> FakeSession:
+    """The fake session, once the model thread has run everything queued before this call."""
+    server.worker.run(ModelSession.describe).result(timeout=10)
+    return server.worker._session
+
+
+async def test_a_did_change_reaches_the_sessions_prefill_with_the_changed_document(server, workspace):
+    uri = (workspace / "pkg" / "app.py").as_uri()
+    _open(server, uri, "x = 1\n")
+    _notify(server, "textDocument/didChange", {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [
+        {"range": {"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 0}}, "text": "y = 2\n"}]})
+    _notify(server, "textDocument/didClose", {"textDocument": {"uri": uri}})
+    session = _session(server)
+    assert session.names() == ["claim_thread", "document_opened", "document_changed", "prefill", "document_closed"]
+    (_, (document,)), = [call for call in session.calls if call[0] == "prefill"]
+    assert document.text == "x = 1\ny = 2\n" and document.version == 2
+    assert session.threads == {server.worker._thread.ident}
+
+
+async def test_log_messages_name_documents_by_workspace_relative_path(server, workspace):
+    logs = server.protocol.writer.logs
+    for name in ("pkg/__init__.py", "other/__init__.py"):
+        uri = (workspace / name).as_uri()
+        _open(server, uri, "x = 1\n")
+        _notify(server, "textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
+                                                   "contentChanges": [{"range": "not a range"}]})
+    _notify(server, "textDocument/didChange", {"textDocument": {"uri": (workspace / "gone.py").as_uri(), "version": 2},
+                                               "contentChanges": [{"text": "x"}]})
+    secret = (workspace / ".env").as_uri()
+    _open(server, secret, "KEY=1\n")
+    await server.completions.complete("inlineCompletion", secret, _position(0, 4))
+    await asyncio.sleep(0)
+    lines = logs()
+    assert any("didChange for pkg/__init__.py could not be read" in line for line in lines)
+    assert any("didChange for other/__init__.py could not be read" in line for line in lines)
+    assert any("didChange for gone.py, which is not open" in line for line in lines)
+    assert any(".env looks like a secret file" in line for line in lines)
+    assert any("inlineCompletion .env:0:4 no completions: secret-looking file" in line for line in lines)
+    assert not [line for line in lines if str(workspace) in line or "file://" in line]
+
+
+def _position(line: int, character: int):
+    from lsprotocol import types
+
+    return types.Position(line=line, character=character)
+
+
+@pytest.mark.parametrize("path, roots, expected", [
+    ("/w/proj/pkg/__init__.py", ("/w/proj",), "pkg/__init__.py"),
+    ("/w/proj/pkg/__init__.py", ("/w/proj", "/w/lib"), "proj/pkg/__init__.py"),  # several folders: which one
+    ("/elsewhere/deep/dir/notes.py", ("/w/proj",), "dir/notes.py"),  # outside every folder: no absolute path
+    ("/top.py", (), "top.py"),
+])
+def test_short_names(path, roots, expected):
+    assert short_name(Path(path).as_uri(), tuple(Path(r) for r in roots)) == expected
+
+
+def test_short_names_of_other_schemes_and_source_keys():
+    names = DisplayNames([Path("/w/proj")])
+    assert names("untitled:Untitled-1") == "untitled:Untitled-1"
+    key = SourceKey("file:///w/proj/pkg/app.py", "above", names("file:///w/proj/pkg/app.py"))
+    assert f"ngram:{key}" == "ngram:pkg/app.py#above"  # how a drafter names its source in the stats
+    assert key == SourceKey("file:///w/proj/pkg/app.py", "above")  # the label is not part of the key
+    assert str(SourceKey("file:///w/proj/pkg/app.py")) == "app.py"  # unlabelled: the file's name, never the URI
