@@ -157,7 +157,7 @@ def divergence_within_noise(engine: Engine, prompt: list[int], reference: list[i
     the largest change of that lead between the two computations at any of those positions; the parting
     is within noise when the step-by-step lead at the parting position is no larger. In float32 the
     noise is about 1e-5 and a real fault stands far outside it; in bfloat16 it reaches whole logits on
-    the real 1.5B (README, "Exactness in low precision").
+    the real 1.5B (docs/exactness.md, "Exactness in low precision").
 
     Returns:
         (within noise, the reference token's lead in logits, the measured noise); a length difference

@@ -81,7 +81,8 @@ class Speculation:
 ASSUMPTIONS = {
     "none": Speculation("none"),
     # vLLM docs' n-gram example: k = 5, prompt_lookup_max = 4. 2.0 tokens/step: inside the 1.5-3 range
-    # for completions; our own n-gram drafter measured 2.97 on FIM holes with Qwen2.5-Coder-0.5B (README).
+    # for completions; our own n-gram drafter measured 2.97 on FIM holes with Qwen2.5-Coder-0.5B
+    # (docs/performance.md, "Filling holes").
     "ngram": Speculation("ngram", draft_tokens=5, tokens_per_step=2.0),
     # SGLang EAGLE-3 chain (num-steps 3, topk 1, draft tokens 4); lmsys's published EAGLE-3 drafter for
     # Llama 4 Maverick reports acceptance length 2.45 with that shape; 2.5 assumed for code. Drafter:

@@ -7,14 +7,15 @@ embeddings, norms and the KV cache keep the model's dtype. Both go through torch
 
 * ``int8``: torchao's ``Int8WeightOnlyConfig`` (symmetric, one scale per output row; ``Int8Tensor``).
   In eager mode torchao 0.18 turns the int8 weight back into the activation dtype at every call and
-  then multiplies, so it saves memory but not time (see the README for the measured step costs).
+  then multiplies, so it saves memory but not time (measured step costs: docs/performance.md,
+  "Quantization").
 * ``int4``: torchao's CPU int4 layout (``PrototypeInt4WeightOnlyConfig``, ``Int4OpaqueTensor``):
   asymmetric, groups of :data:`INT4_GROUP_SIZE` input channels, packed for PyTorch's CPU kernel
   ``aten._weight_int4pack_mm_for_cpu``. CPU only.
 
 Exactness is unchanged: speculative decoding verifies against the quantised target, so its output
 equals plain decoding of the same quantised model (up to the near-ties of different kernels for a pass
-of one token and of k + 1 tokens, as in bfloat16; see the README's "Exactness in low precision").
+of one token and of k + 1 tokens, as in bfloat16; see docs/exactness.md).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from lsp_server.draft_sources import DraftSources
 from lsp_server.workspace.positions import line_ending, to_document_text
 from lsp_server.postprocess import TrimContext, trim
 from lsp_server.prompt import Prompt, build_prompt
+from lsp_server.syntax import syntax_window
 from lsp_server.related_files import context_documents, label, related_files
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest
@@ -45,9 +46,10 @@ class Completion:
 
 
 def postprocess(text: str, prompt: Prompt, mode: Mode, language_id: str,
-                finish_reason: FinishReason = FinishReason.STOP) -> str:
-    """Model text -> insert text in the document's line ending (see :func:`lsp_server.postprocess.trim`)."""
-    trimmed = trim(text, TrimContext(prompt.prefix, prompt.suffix, language_id, mode, finish_reason))
+                finish_reason: FinishReason = FinishReason.STOP, window: tuple[str, str] | None = None) -> str:
+    """Model text -> insert text in the document's line ending (see :func:`lsp_server.postprocess.trim`);
+    ``window``: the cursor's syntax window when the caller computed it."""
+    trimmed = trim(text, TrimContext(prompt.prefix, prompt.suffix, language_id, mode, finish_reason, window))
     return to_document_text(trimmed, prompt.eol)
 
 
@@ -85,13 +87,14 @@ def complete(
     related, snippets = related_files(document, request.offset, other_documents, repo, snippet_chars)
     repo_names = (repo.repo_name() if repo is not None else "workspace", label(repo, document.uri))
     prompt = build_prompt(request, backend.tokenizer, snippets, repo_names, sources.encoder(backend), capabilities)
-    mode = decide_mode(prompt.prefix, prompt.line_suffix, document.language_id)
+    window = syntax_window(prompt.prefix, prompt.suffix)  # once: for the mode and for trimming
+    mode = decide_mode(prompt.prefix, prompt.line_suffix, document.language_id, head=window[0])
     sources.sync(backend, request, prompt, other_documents, related)
     t1 = time.perf_counter()
     generation = backend.generate(prompt, settings.generation_config(mode.multi_line, backend, seed),
                                   settings.drafter, request.cancelled.is_set, cache_key=document.uri)
     t2 = time.perf_counter()
-    insert_text = postprocess(generation.text, prompt, mode, document.language_id, generation.finish_reason)
+    insert_text = postprocess(generation.text, prompt, mode, document.language_id, generation.finish_reason, window)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
     return Completion(insert_text, prompt, generation, mode, ms)
 

@@ -33,23 +33,25 @@ def suppresses_automatic(line_prefix: str, line_suffix: str) -> bool:
     return not line_prefix.strip() and bool(line_suffix.strip())
 
 
-def decide_mode(prefix: str, line_suffix: str, language_id: str) -> Mode:
+def decide_mode(prefix: str, line_suffix: str, language_id: str, head: str | None = None) -> Mode:
     """Single- or multi-line for a cursor with ``prefix`` (model text before it; the prompt's window
-    of it is enough) and ``line_suffix`` (the text right of it on its line)."""
+    of it is enough) and ``line_suffix`` (the text right of it on its line); ``head``: the head of the
+    cursor's syntax window (:func:`lsp_server.syntax.syntax_window`) when the caller has it."""
     line_prefix = prefix[prefix.rfind("\n") + 1:]
     if line_suffix.strip():
         return Mode(False, reason="code right of the cursor")
     if not line_prefix.strip():
         return Mode(True, reason="blank line")
-    if _after_block_header(prefix, language_id):
+    if _after_block_header(prefix, language_id, head):
         return Mode(True, reason="after a block header")
     return Mode(False, reason="end of a line")
 
 
-def _after_block_header(prefix: str, language_id: str) -> bool:
+def _after_block_header(prefix: str, language_id: str, head: str | None) -> bool:
     opener = ":" if language_id in INDENT_BLOCK_LANGUAGES else "{"
     parser = parser_for(language_id)
     if parser is None:
         return prefix.rstrip().endswith((":", "{"))
-    head, _ = syntax_window(prefix, "")
+    if head is None:
+        head, _ = syntax_window(prefix, "")  # the head does not depend on the suffix
     return last_token_before(parser, head, len(head)) == opener

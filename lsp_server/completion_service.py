@@ -43,6 +43,7 @@ class CompletionService:
         self.next_edits = next_edits
         self.repo_ref = repo_ref or (lambda: None)
         self.type_through = TypeThroughCache()
+        pipeline.on_closed.append(self.forget)
 
     async def complete(self, method: str, uri: str, position: types.Position, automatic: bool = False) -> Answer | None:
         """Complete at ``position``; ``None`` when there is nothing to offer.
@@ -73,7 +74,7 @@ class CompletionService:
         if not pipeline.ready(span):
             return None
         others = [d for d in pipeline.store.all() if d.uri != uri]
-        ran = await pipeline.run(request, span, ModelSession.complete, request, others, self.repo_ref())
+        ran = await pipeline.run(request, span, ModelSession.complete, others, self.repo_ref())
         if ran is None:
             return None
         completion = ran.result

@@ -32,6 +32,7 @@ from lsp_server.prompt import Prompt
 from lsp_server.workspace.documents import Document
 from lsp_server.prompt_tokens import PromptEncoder, SourceKey
 from lsp_server.related_files import MAX_SOURCE_CHARS, Candidate
+from lsp_server.workspace.names import file_name
 from lsp_server.request import CompletionRequest
 
 COLD_PART_CHARS = 8_000  # a document part longer than this is first tokenised after the answer (deferring)
@@ -50,7 +51,7 @@ class DraftSources:
 
     def __init__(self, defer_cold_parts: bool = False, names: Callable[[str], str] | None = None):
         self.defer_cold_parts = defer_cold_parts
-        self.names = names or (lambda uri: uri.rsplit("/", 1)[-1])
+        self.names = names or file_name
         self._encoder: PromptEncoder | None = None
         self._pending: list[tuple[SourceKey, str, tuple[SourceKey, int]]] = []  # (key, text, origin)
 
@@ -76,6 +77,11 @@ class DraftSources:
         again) and its KV caches."""
         self.encoder(backend).forget(uri)
         self._pending = [item for item in self._pending if item[0].uri != uri]
+        self.forget_in(backend, uri)
+
+    def forget_in(self, backend: GenerationBackend, uri: str) -> None:
+        """Drop ``uri``'s n-gram sources and KV caches in ``backend`` (a closed document; for a second
+        backend beside the one whose tokens this object keeps)."""
         for part in ("document", *_PARTS):
             backend.forget_source(SourceKey(uri, part))
         backend.forget_cache(uri)

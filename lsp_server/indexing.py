@@ -22,6 +22,7 @@ from pygls import uris
 
 from lsp_server.workspace.file_rules import refused_root
 from lsp_server.workspace.file_watch import IndexWatcher
+from lsp_server.workspace.names import display_path
 from lsp_server.protocol.progress import begin_progress
 from lsp_server.workspace.repo_index import RepoIndex
 
@@ -42,8 +43,9 @@ def workspace_roots(ls: SpeclspServer) -> list[Path]:
     reported as a warning)."""
     roots, refused = choose_roots(workspace_folders(ls))
     for root, why in refused:
-        ls.tracer.message(f"[speclsp] not indexing {root}: it is {why}; open a project folder (a repository "
-                          "or a folder with a pyproject.toml, package.json...) as the workspace folder to index it",
+        ls.tracer.message(f"[speclsp] not indexing {display_path(root)}: it is {why}; open a project folder "
+                          "(a repository or a folder with a pyproject.toml, package.json...) as the workspace folder "
+                          "to index it",
                           types.MessageType.Warning)
     return roots
 

@@ -24,6 +24,7 @@ from lsp_server.request import CompletionRequest
 from lsp_server.rewrite_prompt import NextEditUnsupported
 from lsp_server.session import ModelSession
 from lsp_server.text_edits import inline_replacement
+from lsp_server.workspace.names import file_name
 
 NEXT_EDIT = "nextEdit"  # the method name of next-edit requests in logs and in-flight keys
 
@@ -44,6 +45,7 @@ class NextEditService:
         self.pipeline = pipeline
         self.history = EditHistories()  # recent edits per document
         self._last: dict[str, NextEdit] = {}  # uri -> its last finished suggestion with edits
+        pipeline.on_closed.append(self.forget)
 
     async def next_edit(self, uri: str, position: types.Position) -> NextEdit | None:
         """A next-edit suggestion at ``position``; ``None`` when there is nothing to suggest (models not
@@ -58,9 +60,9 @@ class NextEditService:
         request, span = pipeline.begin(NEXT_EDIT, uri, position)
         if pipeline.refused(request, span, "suggestion") or not pipeline.ready(span):
             return None
-        diffs = self.history.diffs(uri, uri.rsplit("/", 1)[-1])  # a snapshot, taken on the event loop
+        diffs = self.history.diffs(uri, file_name(uri))  # a snapshot, taken on the event loop (the model sees the name)
         try:
-            ran = await pipeline.run(request, span, ModelSession.rewrite, request, diffs)
+            ran = await pipeline.run(request, span, ModelSession.rewrite, diffs)
         except NextEditUnsupported as exc:
             span.log("next edits unsupported by the model")
             raise JsonRpcException(str(exc), code=types.LSPErrorCodes.RequestFailed) from exc

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ from lsp_server.session import ModelSession
 from lsp_server.settings import Settings
 from lsp_server.tracing import RpcClock, Tracer
 from lsp_server.worker import READY, ModelWorker
+from lsp_server.workspace.names import file_name
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,9 @@ class RequestPipeline:
                  notify_user: Callable[[str, types.MessageType], None] | None = None,
                  on_done: Callable[[float, object], None] | None = None):
         self.store, self.worker, self.tracer, self.settings_ref = store, worker, tracer, settings_ref
-        self.names = names or (lambda uri: uri.rsplit("/", 1)[-1])
+        self.names = names or file_name
         self.rpc, self.notify_user, self.on_done = rpc, notify_user, on_done
+        self.on_closed: list[Callable[[str], None]] = []  # each service's forget(uri), called on didClose
         self.position_encoding: str | None = None  # set after initialize
         self._ids = itertools.count(1)
         self._inflight: dict[tuple[str, str], CompletionRequest] = {}  # (uri, method) -> the request running
@@ -95,6 +98,7 @@ class RequestPipeline:
         Raises:
             JsonRpcInvalidParams: the document is not open or the position is not in it.
         """
+        started = time.perf_counter()  # the span runs from here: resolution is part of the handler's time
         document = self.store.get(uri)
         if document is None:
             raise JsonRpcInvalidParams(f"document {uri} is not open; send textDocument/didOpen first")
@@ -104,7 +108,8 @@ class RequestPipeline:
         except PositionError as exc:
             raise JsonRpcInvalidParams(f"invalid position for {uri}: {exc}") from exc
         msg_id, clock = self.rpc() if self.rpc is not None else (None, None)
-        return request, RequestSpan(self.tracer, request.request_id, method, uri, position, msg_id, clock, self.on_done)
+        return request, RequestSpan(self.tracer, request.request_id, method, uri, position, msg_id, clock, self.on_done,
+                                    started)
 
     def refused(self, request: CompletionRequest, span: RequestSpan, what: str) -> bool:
         """Whether the document gets no ``what`` (``completions``, ``suggestion``) for its file or its sync
@@ -138,9 +143,10 @@ class RequestPipeline:
     # The model thread
     async def run(self, request: CompletionRequest, span: RequestSpan,
                   operation: Callable[..., Any], *args: Any) -> Ran | None:
-        """Run the session ``operation`` for ``request`` on the model thread, cancelling the request in
+        """Run the session ``operation(request, *args)`` on the model thread, cancelling the request in
         flight for the same document and method; ``None`` when the engine failed (already logged and
-        shown, see the module docstring).
+        shown, see the module docstring). A ``None`` result (superseded while queued) says nothing of
+        the engine.
 
         Raises:
             asyncio.CancelledError: the client cancelled the request (it is stopped and logged).
@@ -151,7 +157,7 @@ class RequestPipeline:
         self._inflight[key] = request
         job = None
         try:
-            job = self.worker.run(operation, *args)
+            job = self.worker.run(operation, request, *args)
             result = await asyncio.wrap_future(job)
         except asyncio.CancelledError:
             request.cancelled.set()
@@ -163,7 +169,8 @@ class RequestPipeline:
         finally:
             if self._inflight.get(key) is request:
                 del self._inflight[key]
-        self._backend_answered()
+        if result is not None:  # the engine answered (None: it was never asked)
+            self._backend_answered()
         return Ran(result, job.queue_ms)
 
     def cancel_document(self, uri: str, method: str | None = None) -> None:
@@ -219,9 +226,11 @@ class RequestPipeline:
         self.in_background(ModelSession.document_changed, document)
 
     def document_closed(self, uri: str) -> None:
-        """Stop its generations and forget what is kept for it here and in the session."""
+        """Stop its generations and forget what is kept for it here, in the services and in the session."""
         self.cancel_document(uri)
         self._sync_explained.pop(uri, None)
+        for forget in self.on_closed:
+            forget(uri)
         self.in_background(ModelSession.document_closed, uri)
 
     def file_changed(self, uri: str) -> None:

@@ -17,6 +17,7 @@ All text here is model text: ``\\n`` line breaks, ``str`` offsets in code points
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from decoding.types import FinishReason
@@ -36,6 +37,12 @@ class TrimContext:
     language_id: str
     mode: Mode
     finish_reason: FinishReason = FinishReason.STOP  # LENGTH when the token limit cut the text
+    window: tuple[str, str] | None = None  # syntax_window(prefix, suffix) when the caller has it
+
+    @functools.cached_property
+    def syntax_window(self) -> tuple[str, str]:
+        """(head, tail) parsed around the cursor (:func:`lsp_server.syntax.syntax_window`), computed once."""
+        return self.window if self.window is not None else syntax_window(self.prefix, self.suffix)
 
 
 def trim(text: str, ctx: TrimContext) -> str:
@@ -108,7 +115,7 @@ def _closer_needed(kept: list[str], closer_line: str, ctx: TrimContext, parser) 
     with_closer = without + "\n" + closer_line
     if parser is None:
         return not ctx.suffix.strip()
-    head, tail = syntax_window(ctx.prefix, ctx.suffix)
+    head, tail = ctx.syntax_window
     return error_count(parser, head + with_closer + tail) < error_count(parser, head + without + tail)
 
 
@@ -126,7 +133,7 @@ def _drop_lines_adding_errors(lines: list[str], ctx: TrimContext, parser) -> lis
     """The longest prefix of ``lines`` (whole lines, at least one) with the fewest syntax errors in the
     window around the cursor: trailing lines that open what they never close, or break what follows,
     go. At most ``_MAX_SYNTAX_TRIMS`` parses (the longest candidates)."""
-    trimmer = TailTrimmer(parser, *syntax_window(ctx.prefix, ctx.suffix))
+    trimmer = TailTrimmer(parser, *ctx.syntax_window)
     best_count, best_size = None, len(lines)
     for size in range(len(lines), max(0, len(lines) - _MAX_SYNTAX_TRIMS), -1):
         if size < len(lines) and not lines[size - 1].strip():

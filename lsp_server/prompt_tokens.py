@@ -29,6 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from decoding.types import common_prefix_length
+from lsp_server.workspace.names import file_name
 
 _OVERLAP_WORDS = 4  # pre-tokens tokenised again before the reuse point, and compared with the cache
 _SLOTS = 40  # cached texts (five per document: the whole, prefix window, suffix, the parts above and below)
@@ -71,7 +72,7 @@ class SourceKey:
     label: str = field(default="", compare=False)  # the short name; "": the file's name
 
     def __str__(self) -> str:
-        name = self.label or self.uri.rsplit("/", 1)[-1]
+        name = self.label or file_name(self.uri)
         return name if self.part == "document" else f"{name}#{self.part}"
 
 

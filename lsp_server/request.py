@@ -1,8 +1,8 @@
-"""A completion request resolved once on the way in: everything below the service reads this value.
+"""A completion request resolved once on the way in: everything below the request pipeline reads this value.
 
 The LSP position is converted to a code-point offset here and nowhere else (the answer's range is
-converted back once, by the service); the settings are a snapshot taken when the request arrived, so
-a configuration change during a generation does not change it halfway.
+converted back once, by :meth:`lsp_server.pipeline.RequestPipeline.answer`); the settings are a snapshot
+taken when the request arrived, so a configuration change during a generation does not change it halfway.
 """
 
 from __future__ import annotations

@@ -36,15 +36,16 @@ class RequestSpan:
         request_id: ours, for logs. msg_id, clock: the JSON-RPC message id and the protocol's clock
             (``None``: unknown), for the request's ``total``.
         on_done: called with ``(total_ms, result)`` after a successful answer with figures (the status board).
+        started: when the handler started (``time.perf_counter()`` seconds; default: now).
     """
 
     def __init__(self, tracer: Tracer, request_id: int, method: str, uri: str, position: types.Position,
                  msg_id: object = None, clock: RpcClock | None = None,
-                 on_done: Callable[[float, object], None] | None = None):
+                 on_done: Callable[[float, object], None] | None = None, started: float | None = None):
         self.tracer, self.request_id, self.method = tracer, request_id, method
         self.uri, self.position = uri, position
         self.msg_id, self.clock, self.on_done = msg_id, clock, on_done
-        self.started = time.perf_counter()  # time.perf_counter() seconds
+        self.started = time.perf_counter() if started is None else started  # time.perf_counter() seconds
 
     @property
     def elapsed_ms(self) -> float:

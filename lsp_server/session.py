@@ -27,8 +27,11 @@ from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest
 from lsp_server.syntax import parser_for
 
-COMPLETION, NEXT_EDIT = "completion", "nextEdit"  # the backend roles
-ROLES = (COMPLETION, NEXT_EDIT)
+ROLE_COMPLETION, ROLE_NEXT_EDIT = "completion", "nextEdit"  # the backend roles
+ROLES = (ROLE_COMPLETION, ROLE_NEXT_EDIT)
+#: What the worker may run (:meth:`lsp_server.worker.ModelWorker.run`); nothing hands a backend out.
+OPERATIONS = frozenset({"complete", "rewrite", "prefill", "document_opened", "document_changed", "document_closed",
+                        "file_changed", "warm_up", "describe"})
 
 
 class ModelSession:
@@ -45,15 +48,12 @@ class ModelSession:
 
     def __init__(self, backends: GenerationBackend | Mapping[str, GenerationBackend],
                  names: Callable[[str], str] | None = None, defer_cold_parts: bool = False):
-        by_role = dict(backends) if isinstance(backends, Mapping) else {COMPLETION: backends}
-        if COMPLETION not in by_role or set(by_role) - set(ROLES):
-            raise ValueError(f"backends need a {COMPLETION!r} one and roles among {', '.join(ROLES)}; got "
+        by_role = dict(backends) if isinstance(backends, Mapping) else {ROLE_COMPLETION: backends}
+        if ROLE_COMPLETION not in by_role or set(by_role) - set(ROLES):
+            raise ValueError(f"backends need a {ROLE_COMPLETION!r} one and roles among {', '.join(ROLES)}; got "
                              f"{', '.join(by_role) or 'none'}")
-        self.backends = {role: by_role.get(role, by_role[COMPLETION]) for role in ROLES}
+        self.backends = {role: by_role.get(role, by_role[ROLE_COMPLETION]) for role in ROLES}
         self.sources = DraftSources(defer_cold_parts=defer_cold_parts, names=names)
-
-    def backend(self, role: str = COMPLETION) -> GenerationBackend:
-        return self.backends[role]
 
     def _distinct_backends(self) -> list[GenerationBackend]:
         return list({id(b): b for b in self.backends.values()}.values())
@@ -65,7 +65,7 @@ class ModelSession:
 
     def describe(self) -> LoadedModels:
         """What the completion backend serves, for the status and the logs."""
-        return self.backends[COMPLETION].describe()
+        return self.backends[ROLE_COMPLETION].describe()
 
     # Requests
     def complete(self, request: CompletionRequest, other_documents: list[Document] = (),
@@ -78,12 +78,13 @@ class ModelSession:
         """
         if request.cancelled.is_set():
             return None
-        return complete(self.backends[COMPLETION], request, other_documents, repo, self.sources, seed)
+        return complete(self.backends[ROLE_COMPLETION], request, other_documents, repo, self.sources, seed)
 
     def rewrite(self, request: CompletionRequest, history: list[str] = (),
                 seed: int | None = None) -> Rewrite | None:
         """A next-edit rewrite of the region around the cursor (:func:`lsp_server.completer.rewrite`),
-        with ``history`` the document's recent edits as diffs (:meth:`lsp_server.workspace.edit_history.EditHistories.diffs`);
+        with ``history`` the document's recent edits as diffs
+        (:meth:`lsp_server.workspace.edit_history.EditHistories.diffs`);
         ``None`` for a blank region, or a request superseded while it waited.
 
         Raises:
@@ -92,16 +93,17 @@ class ModelSession:
         """
         if request.cancelled.is_set():
             return None
-        return rewrite(self.backends[NEXT_EDIT], request, history, seed)
+        return rewrite(self.backends[ROLE_NEXT_EDIT], request, history, seed)
 
     # Work ahead of requests
     def prefill(self, document: Document) -> int:
         """Compute the prompt the document's next request will start with, ahead of it; returns the
         prompt tokens computed.
 
-        Today it computes nothing (0): a prompt whose head survives typing (the anchor prompt of the
-        latency work) is what makes a prefill after a keystroke pay; the backends' ``prefill`` is the
-        operation it will call. Called after every change of an open document (:meth:`document_changed`).
+        Today it computes nothing and returns 0: a prompt whose head survives typing (the anchor prompt of
+        the latency work) is what makes a prefill after a keystroke pay, and it is not built yet; the
+        backends' ``prefill`` is the operation this will call. Called after every change of an open,
+        in-sync, non-secret document (:meth:`document_changed`).
         """
         return 0
 
@@ -111,7 +113,7 @@ class ModelSession:
         tree-sitter grammar. A secret-looking document is left alone: it is never completed in."""
         if uri_looks_secret(document.uri):
             return
-        self.sources.document_opened(self.backends[COMPLETION], document)
+        self.sources.document_opened(self.backends[ROLE_COMPLETION], document)
         parser_for(document.language_id)  # loads the grammar on first use of a language
 
     def document_changed(self, document: Document) -> int:
@@ -123,8 +125,11 @@ class ModelSession:
 
     def document_closed(self, uri: str) -> None:
         """Forget a closed document's tokens, n-gram sources and KV caches in every backend."""
+        completion = self.backends[ROLE_COMPLETION]
+        self.sources.document_closed(completion, uri)
         for backend in self._distinct_backends():
-            self.sources.document_closed(backend, uri)
+            if backend is not completion:
+                self.sources.forget_in(backend, uri)
 
     def file_changed(self, uri: str) -> None:
         """A file on disk changed (the index watcher): drop the n-gram source of its old text."""
@@ -133,4 +138,4 @@ class ModelSession:
 
     def warm_up(self) -> None:
         """Tokenise the document parts the last requests deferred (call after answering)."""
-        self.sources.warm_up(self.backends[COMPLETION])
+        self.sources.warm_up(self.backends[ROLE_COMPLETION])

@@ -34,6 +34,8 @@ from typing import TextIO
 
 from lsprotocol import types
 
+from lsp_server.workspace.names import file_name
+
 log = logging.getLogger("speclsp.trace")
 
 OFF, MESSAGES, VERBOSE = "off", "messages", "verbose"
@@ -94,7 +96,7 @@ class Tracer:
     def __init__(self, send: Callable[[types.LogMessageParams], None] | None = None,
                  send_trace: Callable[[types.LogTraceParams], None] | None = None,
                  trace_value: Callable[[], str] = lambda: OFF, names: Callable[[str], str] | None = None):
-        self._names = names or (lambda uri: uri.rsplit("/", 1)[-1])
+        self._names = names or file_name
         self._send = send
         self._send_trace = send_trace
         self._trace_value = trace_value

@@ -21,7 +21,7 @@ from typing import Any
 
 from lsp_server.backends.base import GenerationBackend, LoadedModels
 from lsp_server.backends.loading import load_backend
-from lsp_server.session import ModelSession
+from lsp_server.session import OPERATIONS, ModelSession
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class ModelWorker:
             ValueError: ``operation`` is not an operation of :class:`ModelSession`.
         """
         name = getattr(operation, "__name__", "")
-        if name.startswith("_") or getattr(ModelSession, name, None) is not operation:
+        if name not in OPERATIONS or getattr(ModelSession, name, None) is not operation:
             raise ValueError(f"{operation!r} is not an operation of ModelSession")
         session = self._session
         if self.state != READY or session is None:

@@ -3,13 +3,16 @@
 * :class:`FakeSession`: a model session (the operations of :class:`lsp_server.session.ModelSession`)
   that records every operation it runs and answers ``complete`` / ``rewrite`` from functions the test
   gives; handed to :class:`lsp_server.worker.ModelWorker` as its session factory.
-* :class:`FakeBackend`: the least a real :class:`~lsp_server.session.ModelSession` needs of a backend
-  to be built and described (no generation).
+* :class:`FakeBackend`: a backend that generates nothing, keeps no sources (as a remote one) and has
+  the starter tokenizer: enough for a real :class:`~lsp_server.session.ModelSession` to run its events.
+* :class:`RecordingSession`: the real session, recording what reaches its ``prefill``.
+* :class:`CapturedWriter`: a pygls writer that keeps every message the server writes.
 * :func:`services`: the pipeline and both services over a store and a worker, wired as the server wires them.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 
@@ -17,6 +20,7 @@ from lsp_server.backends.base import LoadedModels
 from lsp_server.completion_service import CompletionService
 from lsp_server.next_edit_service import NextEditService
 from lsp_server.pipeline import RequestPipeline
+from lsp_server.session import ModelSession
 from lsp_server.settings import Settings
 from lsp_server.tracing import Tracer
 
@@ -24,19 +28,51 @@ DESCRIBED = LoadedModels("fake-target", "none", "cpu", "none", None)
 
 
 class FakeBackend:
-    """Describes itself and claims the thread; nothing else."""
+    """See the module docstring; ``generate`` and ``rewrite`` are not there (nothing may generate)."""
 
     name = "fake"
     keeps_sources = False
+    completion_stop_ids = frozenset()
 
     def __init__(self):
-        self.thread: int | None = None
+        from decoding.starter import TARGET_DIR
+        from decoding.tokenizer_loading import load_tokenizer
+
+        self.tokenizer = load_tokenizer(str(TARGET_DIR), local_only=True)
+        self.capabilities = None
 
     def describe(self) -> LoadedModels:
         return DESCRIBED
 
     def claim_thread(self) -> None:
-        self.thread = threading.get_ident()
+        pass
+
+    def sync_sources(self, wanted, retain=frozenset(), drop=frozenset(), searched=frozenset()) -> None:
+        pass
+
+    def has_source(self, key) -> bool:
+        return False
+
+    def forget_source(self, key) -> None:
+        pass
+
+    def forget_cache(self, cache_key) -> None:
+        pass
+
+    def prefill(self, prompt_ids, cache_key, should_stop) -> int:
+        return 0
+
+
+class RecordingSession(ModelSession):
+    """The real model session; :attr:`prefilled` holds each document its ``prefill`` was called with."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.prefilled: list = []
+
+    def prefill(self, document) -> int:
+        self.prefilled.append(document)
+        return super().prefill(document)
 
 
 class FakeSession:
@@ -85,7 +121,7 @@ class FakeSession:
 
     def document_changed(self, document) -> int:
         self._record("document_changed", document)
-        return self.prefill(document)
+        return 0
 
     def document_closed(self, uri) -> None:
         self._record("document_closed", uri)
@@ -103,3 +139,20 @@ def services(store, worker, tracer: Tracer | None = None, settings_ref: Callable
     pipeline = RequestPipeline(store, worker, tracer or Tracer(), settings_ref, **pipeline_keywords)
     next_edits = NextEditService(pipeline)
     return pipeline, CompletionService(pipeline, next_edits), next_edits
+
+
+class CapturedWriter:
+    """A pygls writer (``server.protocol.set_writer``) that keeps every JSON message written."""
+
+    def __init__(self):
+        self.messages: list[dict] = []
+
+    def write(self, data: bytes) -> None:
+        self.messages.append(json.loads(data.split(b"\r\n\r\n", 1)[1]))
+
+    def close(self) -> None:
+        pass
+
+    def logs(self) -> list[str]:
+        """The ``window/logMessage`` texts, in order."""
+        return [m["params"]["message"] for m in self.messages if m.get("method") == "window/logMessage"]

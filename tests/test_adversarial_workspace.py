@@ -223,6 +223,7 @@ def engine():
 
 
 def test_secret_buffers_never_reach_the_prompt_or_the_draft_sources(engine, hostile, monkeypatch):
+    from lsp_server.backends.local import as_backend
     from lsp_server.completer import complete
     from lsp_server.workspace.documents import Document
     from lsp_server.workspace.positions import codec_for
@@ -243,7 +244,7 @@ def test_secret_buffers_never_reach_the_prompt_or_the_draft_sources(engine, host
     current = Document((hostile / "app/main.py").as_uri(), "total = compute_total_value(order_items, ", 1, "python")
     request = resolve_request(current, types.Position(line=0, character=len(current.text)), codec_for("utf-16"),
                               Settings(max_new_tokens=4, extra_tokens=512))
-    completion = complete(engine, request, [control, *secrets])  # the control first: a snippet either way
+    completion = complete(as_backend(engine), request, [control, *secrets])  # the control first: a snippet either way
     prompt_text = engine.tokenizer.decode(completion.prompt.prompt_ids)
     sources = {key.uri for key in engine.sources.names()}
     assert "visible_control" in prompt_text and control.uri in sources  # the control: the gate lets it in
@@ -322,9 +323,10 @@ async def test_a_secret_buffer_gets_no_completion_and_is_reported_once(client, s
         answer = await inline(client, uri, 1, len("OTHER="))
         assert answer is not None and len(answer.items) == 0
     await inline(client, code, 1, 11)  # answered, from a prompt without the secret buffers
-    for uri in uris:
-        reports = [m for m in client.log_messages if uri in m.message and "looks like a secret" in m.message]
+    for name in ("ws/.env", "ws/notes.txt"):  # relative to its workspace folder (one of two: named), not by URI
+        reports = [m for m in client.log_messages if f"] {name} looks like a secret" in m.message]
         assert len(reports) == 1 and reports[0].type == types.MessageType.Info
+    assert not any(str(served_workspace) in m.message for m in client.log_messages if "looks like a secret" in m.message)
     assert client.traces, "no $/logTrace: the check below would see nothing"
     assert not any(MARKER in m.message for m in client.log_messages)
     assert not any(MARKER in str(trace) for trace in client.traces)

@@ -15,7 +15,6 @@ from pygls.protocol import default_converter
 from lsp_server.workspace.documents import Document, DocumentStore, MalformedChange, structure_change
 from lsp_server.workspace.positions import LineIndex, codec_for, column_of, to_model_text, units_of
 from tests.fake_session import services
-from lsp_server.settings import Settings
 from lsp_server.tracing import Tracer
 from lsp_server.worker import ModelWorker
 

@@ -187,7 +187,10 @@ PACKAGE_RULES = {
     "lsp_server.workspace": ("lsp_server.workspace",),  # documents and files: nothing else of the server
     "lsp_server.protocol": ("lsp_server.protocol",),  # the wire: no model, no feature
 }
-#: decoding.engine (torch, the local engine) is named in lsp_server only by the local backend's package.
+#: The decoding modules that import torch (the engine and what it runs on) are named in lsp_server only by
+#: the backends' package: a server on a remote backend never loads torch (tests/test_remote_no_torch.py).
+TORCH_DECODING = ("decoding.engine", "decoding.generate", "decoding.kv_cache", "decoding.sampling", "decoding.loading",
+                  "decoding.verify", "decoding.tree", "decoding.drafters", "decoding.quantization")
 ENGINE_IMPORTERS = ("lsp_server.backends",)
 
 
@@ -202,7 +205,8 @@ def package_rule_breaks(root: Path) -> list[str]:
                           if name.split(".")[0] in RUNTIME_PACKAGES and name != "lsp_server"
                           and not any(name == a or name.startswith(a + ".") for a in allowed)]
         if module.startswith("lsp_server") and not module.startswith(ENGINE_IMPORTERS):
-            found += [f"{module} imports {name}" for name in sorted(names) if name.startswith("decoding.engine")]
+            found += [f"{module} imports {name}" for name in sorted(names)
+                      if any(name == t or name.startswith(t + ".") for t in TORCH_DECODING)]
     return found
 
 
@@ -217,17 +221,19 @@ def test_the_package_rule_check_finds_a_workspace_module_that_reaches_out_and_an
         "decoding/engine.py": "",
         "decoding/types.py": "",
         "lsp_server/__init__.py": "",
-        "lsp_server/settings.py": "",
+        "lsp_server/settings.py": "from decoding.types import EngineConfig\n",  # allowed: torch-free
         "lsp_server/session.py": "def f():\n    from decoding.engine import Engine\n",
         "lsp_server/workspace/__init__.py": "",
         "lsp_server/workspace/documents.py": "from lsp_server.workspace import positions\nfrom lsp_server import settings\n",
         "lsp_server/workspace/positions.py": "",
         "lsp_server/protocol/__init__.py": "",
         "lsp_server/protocol/transport.py": "from decoding.types import GenerationConfig\n",
+        "lsp_server/postprocess.py": "from decoding.generate import FinishReason\n",
         "lsp_server/backends/__init__.py": "",
         "lsp_server/backends/local.py": "from decoding.engine import Engine\n",  # allowed
     })
     assert package_rule_breaks(root) == [
+        "lsp_server.postprocess imports decoding.generate", "lsp_server.postprocess imports decoding.generate.FinishReason",
         "lsp_server.protocol.transport imports decoding.types",
         "lsp_server.protocol.transport imports decoding.types.GenerationConfig",
         "lsp_server.session imports decoding.engine", "lsp_server.session imports decoding.engine.Engine",

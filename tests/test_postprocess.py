@@ -198,3 +198,28 @@ def test_syntax_window_is_the_enclosing_definition_not_a_cut_inside_a_docstring(
     assert head == "int f() {\n  if (x) {\n    " and tail == "\n  }\n}"
     # a short prefix keeps its first line
     assert syntax_window("def f():\n    ", "")[0] == "def f():\n    "
+
+
+@pytest.mark.parametrize("prefix, suffix, text", [
+    ("def area(r):", "\n\nx = 1\n", "\n    return 3.14 * r * r\n\ndef other():\n    pass"),  # after a header
+    ("class A:\n    def f(self):\n        if x:\n", "\n    def g(self):\n        pass\n",
+     "            return (1,\n        y = [\n"),  # lines that open what they never close
+    ("function f(a) {\n", "\n", "  return a;\n}\n}\n"),
+])
+def test_the_syntax_window_is_computed_once_by_the_caller_and_handed_to_mode_and_trim(monkeypatch, prefix, suffix, text):
+    from lsp_server import completion_mode, postprocess, syntax
+
+    language = "javascript" if prefix.startswith("function") else "python"
+    line_suffix = suffix.split("\n", 1)[0]
+    expected = run(prefix, suffix, text, language, automatic=False)
+    window = syntax.syntax_window(prefix, suffix)
+
+    def computed_again(*args):
+        raise AssertionError("the syntax window was computed again")
+
+    monkeypatch.setattr(completion_mode, "syntax_window", computed_again)
+    monkeypatch.setattr(postprocess, "syntax_window", computed_again)
+    mode = decide_mode(prefix, line_suffix, language, head=window[0])
+    assert (mode, trim(text, TrimContext(prefix, suffix, language, mode, "stop", window))) == expected
+    with pytest.raises(AssertionError, match="computed again"):  # without the window, it is computed here
+        trim(text, TrimContext(prefix, suffix, language, mode, "stop"))

@@ -112,14 +112,20 @@ class Handler(BaseHTTPRequestHandler):
             self.engine.disconnected.set()
 
 
-@pytest.fixture
-def fake():
+def serve_fake_engine() -> tuple[FakeEngine, ThreadingHTTPServer]:
+    """A fake engine serving on a free loopback port (its ``url``), in a thread; shut the server down after."""
     engine = FakeEngine()
     handler = type("BoundHandler", (Handler,), {"engine": engine})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     engine.url = f"http://127.0.0.1:{server.server_address[1]}"
+    return engine, server
+
+
+@pytest.fixture
+def fake():
+    engine, server = serve_fake_engine()
     yield engine
     server.shutdown()
     server.server_close()

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import re
 import sys
-import threading
-from http.server import ThreadingHTTPServer
 
 import pytest
 
 from tests.raw_lsp import RawServer, notification
-from tests.test_remote_backend import FakeEngine, Handler, sse, text_event
+from tests.test_remote_backend import serve_fake_engine, sse, text_event
 
 pytestmark = pytest.mark.e2e
 
@@ -47,12 +45,8 @@ def _serve_one_completion(**options) -> tuple[dict, set[str]]:
 
 @pytest.fixture()
 def engine():
-    fake = FakeEngine()
+    fake, server = serve_fake_engine()
     fake.reply = lambda handler: handler.send_stream(sse(text_event("a + b", "stop"), b"[DONE]"))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("BoundHandler", (Handler,), {"engine": fake}))
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
     yield fake
     server.shutdown()
     server.server_close()

@@ -15,27 +15,15 @@ from lsp_server.protocol.parent_watch import watch_parent
 from lsp_server.protocol.transport import ANSWERED
 from lsp_server.server import create_server
 from lsp_server.tracing import Tracer
+from tests.fake_session import CapturedWriter
 
 pytestmark = pytest.mark.unit
-
-
-class _Captured:
-    """A pygls writer that keeps every JSON message written."""
-
-    def __init__(self):
-        self.messages: list[dict] = []
-
-    def write(self, data: bytes) -> None:
-        self.messages.append(json.loads(data.split(b"\r\n\r\n", 1)[1]))
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture()
 def protocol():
     server = create_server()
-    writer = _Captured()
+    writer = CapturedWriter()
     server.protocol.set_writer(writer)
     server.protocol.captured = writer
     return server.protocol

@@ -11,7 +11,6 @@ import threading
 import pytest
 from lsprotocol import types
 
-from decoding.engine import Engine
 from decoding.stats import GenerationStats
 from decoding.types import FinishReason, Generation
 from lsp_server.completer import Completion, Rewrite
@@ -137,6 +136,30 @@ async def test_a_request_superseded_while_queued_builds_no_context():
 
 
 @pytest.mark.unit
+async def test_a_failed_engine_is_shown_once_per_kind_and_only_a_real_answer_ends_the_outage():
+    from lsp_server.backends.base import BackendError
+
+    def on_complete(request):
+        if request.offset == 0:  # as if superseded while queued: the engine is never asked
+            return None
+        if request.offset == 1:
+            raise BackendError("unreachable", "the engine at http://gpu:8000 is unreachable")
+        return _completion(request, "pass")
+
+    worker, _ = _fake_worker(on_complete=on_complete)
+    sent, shown = [], []
+    _, completions, _ = services(_opened("ab\nc"), worker, Tracer(sent.append),
+                                 notify_user=lambda message, kind: shown.append(message))
+    for character in (1, 0, 1):  # a failure, a request that never reached the engine, the failure again
+        assert await completions.complete("inlineCompletion", URI, types.Position(line=0, character=character)) is None
+    assert len(shown) == 1 and not any("answers again" in m.message for m in sent)
+    assert sum("backend error: unreachable" in m.message for m in sent) == 2
+    assert (await completions.complete("inlineCompletion", URI, types.Position(line=1, character=1))).insert_text
+    assert sum("answers again" in m.message for m in sent) == 1
+    worker.shutdown()
+
+
+@pytest.mark.unit
 async def test_next_edit_runs_a_rewrite_with_the_documents_edits_and_keeps_a_suggestion_with_edits():
     def on_rewrite(request):
         prompt = RewritePrompt([1], [1], 0, 14, "", "```", True)
@@ -174,8 +197,7 @@ async def test_document_events_reach_the_session_on_the_model_thread_in_order():
     pipeline.file_changed("file:///work/pkg/b.py")
     pipeline.document_closed(URI)
     await _settled(worker)
-    assert session.names()[1:] == ["document_opened", "document_changed", "prefill", "file_changed",
-                                   "document_closed"]
+    assert session.names()[1:] == ["document_opened", "document_changed", "file_changed", "document_closed"]
     assert session.threads == {worker._thread.ident}
     worker.shutdown()
 
@@ -187,7 +209,10 @@ def test_the_worker_runs_session_operations_only():
         worker.run(lambda session: None)
     with pytest.raises(ValueError, match="not an operation of ModelSession"):
         worker.run(ModelSession._distinct_backends)
+    with pytest.raises(ValueError, match="not an operation of ModelSession"):
+        worker.run(ModelSession.claim_thread)  # not for the event loop: only the loading job claims
     assert worker.run(ModelSession.prefill, None).result(timeout=10) == 0
+    assert worker._session.names()[-1] == "prefill"
     worker.shutdown()
 
 
@@ -260,6 +285,7 @@ async def test_requests_before_ready_get_empty_answers_then_real_ones():
     release = threading.Event()
 
     def slow_loader(config, on_stage):
+        from decoding.engine import Engine
         from lsp_server.backends.local import as_backend
 
         release.wait(timeout=60)

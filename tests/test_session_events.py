@@ -1,11 +1,10 @@
-"""The server in process, on a fake model session: document notifications reach the session on the model
-thread (a didChange reaches its ``prefill``), and log messages name documents by their short,
-workspace-relative names, never by absolute path (issue 30)."""
+"""The server in process, on the real model session over a backend that generates nothing: document
+notifications reach the session on the model thread (a didChange reaches its ``prefill``), and log
+messages name documents by their short, workspace-relative names, never by absolute path (issue 30)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
@@ -14,25 +13,9 @@ from lsp_server.prompt_tokens import SourceKey
 from lsp_server.server import create_server
 from lsp_server.session import ModelSession
 from lsp_server.workspace.names import DisplayNames, short_name
-from tests.fake_session import FakeBackend, FakeSession
+from tests.fake_session import CapturedWriter, FakeBackend, RecordingSession
 
 pytestmark = pytest.mark.unit
-
-
-class _Captured:
-    """A pygls writer that keeps every JSON message written."""
-
-    def __init__(self):
-        self.messages: list[dict] = []
-
-    def write(self, data: bytes) -> None:
-        self.messages.append(json.loads(data.split(b"\r\n\r\n", 1)[1]))
-
-    def close(self) -> None:
-        pass
-
-    def logs(self) -> list[str]:
-        return [m["params"]["message"] for m in self.messages if m.get("method") == "window/logMessage"]
 
 
 @pytest.fixture()
@@ -46,8 +29,8 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture()
 async def server(workspace: Path):
-    server = create_server(loader=lambda config, on_stage: FakeBackend(), session_factory=FakeSession)
-    server.protocol.set_writer(_Captured())
+    server = create_server(loader=lambda config, on_stage: FakeBackend(), session_factory=RecordingSession)
+    server.protocol.set_writer(CapturedWriter())
     _send(server, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                    "params": {"processId": None, "rootUri": workspace.as_uri(), "capabilities": {}}})
     await server.index.rebuild(server)  # as on `initialized`: the workspace folders name the documents
@@ -70,8 +53,8 @@ def _open(server, uri: str, text: str) -> None:
             {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}})
 
 
-def _session(server) -> FakeSession:
-    """The fake session, once the model thread has run everything queued before this call."""
+def _session(server) -> RecordingSession:
+    """The session, once the model thread has run everything queued before this call."""
     server.worker.run(ModelSession.describe).result(timeout=10)
     return server.worker._session
 
@@ -81,12 +64,14 @@ async def test_a_did_change_reaches_the_sessions_prefill_with_the_changed_docume
     _open(server, uri, "x = 1\n")
     _notify(server, "textDocument/didChange", {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [
         {"range": {"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 0}}, "text": "y = 2\n"}]})
+    secret = (workspace / ".env").as_uri()
+    _open(server, secret, "KEY=1\n")
+    _notify(server, "textDocument/didChange", {"textDocument": {"uri": secret, "version": 2},
+                                               "contentChanges": [{"text": "KEY=2\n"}]})
     _notify(server, "textDocument/didClose", {"textDocument": {"uri": uri}})
     session = _session(server)
-    assert session.names() == ["claim_thread", "document_opened", "document_changed", "prefill", "document_closed"]
-    (_, (document,)), = [call for call in session.calls if call[0] == "prefill"]
-    assert document.text == "x = 1\ny = 2\n" and document.version == 2
-    assert session.threads == {server.worker._thread.ident}
+    (document,) = session.prefilled  # the secret file's change: no prefill
+    assert document.uri == uri and document.text == "x = 1\ny = 2\n" and document.version == 2
 
 
 async def test_log_messages_name_documents_by_workspace_relative_path(server, workspace):
@@ -105,7 +90,7 @@ async def test_log_messages_name_documents_by_workspace_relative_path(server, wo
     lines = logs()
     assert any("didChange for pkg/__init__.py could not be read" in line for line in lines)
     assert any("didChange for other/__init__.py could not be read" in line for line in lines)
-    assert any("didChange for gone.py, which is not open" in line for line in lines)
+    assert any("didChange for gone.py, which is not open" in line for line in lines)  # in the folder too
     assert any(".env looks like a secret file" in line for line in lines)
     assert any("inlineCompletion .env:0:4 no completions: secret-looking file" in line for line in lines)
     assert not [line for line in lines if str(workspace) in line or "file://" in line]
@@ -120,7 +105,7 @@ def _position(line: int, character: int):
 @pytest.mark.parametrize("path, roots, expected", [
     ("/w/proj/pkg/__init__.py", ("/w/proj",), "pkg/__init__.py"),
     ("/w/proj/pkg/__init__.py", ("/w/proj", "/w/lib"), "proj/pkg/__init__.py"),  # several folders: which one
-    ("/elsewhere/deep/dir/notes.py", ("/w/proj",), "dir/notes.py"),  # outside every folder: no absolute path
+    ("/elsewhere/deep/dir/notes.py", ("/w/proj",), "notes.py"),  # outside every folder: its name
     ("/top.py", (), "top.py"),
 ])
 def test_short_names(path, roots, expected):
@@ -134,3 +119,23 @@ def test_short_names_of_other_schemes_and_source_keys():
     assert f"ngram:{key}" == "ngram:pkg/app.py#above"  # how a drafter names its source in the stats
     assert key == SourceKey("file:///w/proj/pkg/app.py", "above")  # the label is not part of the key
     assert str(SourceKey("file:///w/proj/pkg/app.py")) == "app.py"  # unlabelled: the file's name, never the URI
+
+
+def test_the_real_session_prefills_after_a_change_of_an_in_sync_document_only():
+    from lsp_server.workspace.documents import Document
+
+    session = RecordingSession(FakeBackend())
+    fine = Document("file:///w/a.py", "x = 1\n", 2, "python")
+    out_of_sync = Document("file:///w/b.py", "x = 1\n", 2, "python", in_sync=False, sync_problem="lost")
+    assert session.document_changed(fine) == 0 and session.prefilled == [fine]
+    session.document_changed(out_of_sync)
+    session.document_changed(Document("file:///w/.env", "KEY=1\n", 2, "dotenv"))
+    assert session.prefilled == [fine]
+
+
+def test_a_directory_under_home_is_shown_from_home():
+    from lsp_server.workspace.names import display_path
+
+    home = Path.home()
+    assert display_path(home) == "~" and display_path(home / "src" / "proj") == "~/src/proj"
+    assert display_path(Path("/opt/elsewhere")) == "/opt/elsewhere"  # not a user's own directory

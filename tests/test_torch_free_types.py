@@ -78,3 +78,27 @@ def test_the_old_import_paths_name_the_same_objects():
     assert engine.EngineConfig is types.EngineConfig and engine.DrafterMode is types.DrafterMode
     assert quantization.QUANTIZATIONS is types.QUANTIZATIONS
     assert kv_cache.common_prefix_length is types.common_prefix_length
+
+
+#: What a server on a remote backend imports to start and serve (transformers is allowed there: the
+#: tokenizer; torch is not).
+REMOTE_SERVER = ("lsp_server.cli", "lsp_server.server", "lsp_server.backends.loading", "lsp_server.backends.openai",
+                 "lsp_server.backends.llamacpp_infill", "lsp_server.backends.remote", "lsp_server.session")
+
+
+def loads_torch(modules: tuple[str, ...]) -> bool:
+    """Whether importing ``modules`` in a fresh interpreter puts torch in ``sys.modules``. Plainly imported,
+    not refused: transformers asks whether torch could be imported without importing it."""
+    probe = "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)\nprint('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe, *modules], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=True)
+    return done.stdout.split()[-1] == "True"
+
+
+def test_the_server_and_its_remote_backends_import_without_torch():
+    """The fast check of tests/test_remote_no_torch.py (a served completion under -X importtime)."""
+    assert not loads_torch(REMOTE_SERVER)
+
+
+def test_the_check_sees_torch_under_the_local_backend():
+    assert loads_torch(("lsp_server.backends.local",))

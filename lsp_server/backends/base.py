@@ -15,8 +15,8 @@ or a remote serving engine over HTTP (:mod:`lsp_server.backends.openai`) serves 
   whether they do anything (a remote engine drafts from its own state and keeps its own caches: for it
   they are no-ops, and :meth:`~GenerationBackend.prefill` computes nothing).
 
-Failures of a remote engine are :class:`BackendError` (typed by ``kind``); the service maps them to one
-message per kind and an empty answer. The local engine never raises it.
+Failures of a remote engine are :class:`BackendError` (typed by ``kind``); the request pipeline
+(:mod:`lsp_server.pipeline`) maps them to one message per kind and an empty answer. The local engine never raises it.
 """
 
 from __future__ import annotations

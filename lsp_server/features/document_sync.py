@@ -47,9 +47,7 @@ def register(server: SpeclspServer) -> None:
     def did_close(ls: SpeclspServer, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         ls.store.close(uri)
-        ls.completions.forget(uri)
-        ls.next_edits.forget(uri)
-        ls.pipeline.document_closed(uri)  # on the model thread: the session forgets its text and caches
+        ls.pipeline.document_closed(uri)  # the services forget it, and the session its text and caches
 
 
 def lost_change(ls: SpeclspServer, malformed: MalformedChange) -> None:
