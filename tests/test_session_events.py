@@ -139,3 +139,14 @@ def test_a_directory_under_home_is_shown_from_home():
     home = Path.home()
     assert display_path(home) == "~" and display_path(home / "src" / "proj") == "~/src/proj"
     assert display_path(Path("/opt/elsewhere")) == "/opt/elsewhere"  # not a user's own directory
+
+
+async def test_documents_open_before_a_load_are_tokenised_ahead_in_the_new_session(server, workspace):
+    from lsp_server.features.lifecycle import load_models
+
+    uri = (workspace / "pkg" / "app.py").as_uri()
+    _open(server, uri, "x = 1\n")
+    first = _session(server)
+    await load_models(server)  # a reload (a changed model setting): a new session
+    second = _session(server)
+    assert second is not first and second.sources.encoder(second.backends["completion"]).holds(SourceKey(uri))

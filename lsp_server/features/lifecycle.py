@@ -68,6 +68,8 @@ async def load_models(ls: SpeclspServer) -> None:
         loaded = ls.worker.loaded
         message = f"models ready: target={loaded.target} on {loaded.device} ({loaded.dtype}), draft={loaded.draft}"
         ls.status.model_state("ready", message, loaded.target, loaded.draft, loaded.device)
+        for document in ls.store.all():  # opened before these models: tokenised ahead in the new session too
+            ls.pipeline.document_opened(document)
         if loaded.notice:
             _warn(ls, [loaded.notice])
     else:
