@@ -33,6 +33,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decoding.draft_length import VerifyCost
 from decoding.drafters.base import Draft, DraftContext, Drafter
+from decoding.healing import Healing, TokenBytes
 from decoding.kv_cache import KVCacheState
 from decoding.sampling import processed_probs
 from decoding.stats import GenerationStats
@@ -73,6 +74,8 @@ class _Output:
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, config: GenerationConfig, stop_ids: frozenset[int]):
         self.tokenizer, self.config, self.stop_ids = tokenizer, config, stop_ids
+        self._required = len(config.required_prefix)  # stop strings are looked for only after it
+        self._line_end_from: int | None = None  # past the deadline: the text length when it passed
         self.token_ids: list[int] = []
         self.text = ""  # decoded so far (incrementally), special tokens skipped
         self.finish_reason: FinishReason | None = None
@@ -102,23 +105,39 @@ class _Output:
         if token in self.stop_ids:
             self.finish_reason = FINISH_STOP
             return True
-        if self.config.stop_strings:
-            start = self._extend_text(token)
-            if self._stop_cut(self.text, start) is not None:
+        deadline = self.config.deadline
+        if self.config.stop_strings or deadline is not None:
+            before = len(self.text)
+            start = max(self._extend_text(token), self._required)
+            if self.config.stop_strings and self._stop_cut(self.text, start) is not None:
                 self.finish_reason = FINISH_STOP
                 return True
+            if deadline is not None:
+                if self._line_end_from is None and time.perf_counter() >= deadline:
+                    self._line_end_from = max(before, self._required)
+                if self._line_end_from is not None and "\n" in self.text[max(before, self._line_end_from):]:
+                    self.finish_reason = FinishReason.TIME
+                    return True
         if len(self.token_ids) >= self.config.max_new_tokens:
             self.finish_reason = FINISH_LENGTH
             return True
         return False
 
     def final_text(self) -> str:
-        """The output text: the committed tokens decoded at once (stop tokens dropped), cut before the
-        first stop string."""
+        """The output text: the committed tokens decoded at once (stop tokens dropped), less the
+        required prefix (empty when it was not covered: cancelled or cut by length first), cut before
+        the first stop string."""
         kept = [t for t in self.token_ids if t not in self.stop_ids]
         text = self.tokenizer.decode(kept, skip_special_tokens=True)
+        required = self.config.required_prefix
+        if required:
+            text = text[len(required):] if text.startswith(required) else ""
         cut = self._stop_cut(text) if self.config.stop_strings else None
-        return text if cut is None else text[:cut]
+        text = text if cut is None else text[:cut]
+        if self.finish_reason == FinishReason.TIME and self._line_end_from is not None:
+            line_end = text.find("\n", max(0, self._line_end_from - len(required)))
+            text = text if line_end < 0 else text[: line_end + 1]
+        return text
 
 
 @dataclass
@@ -131,6 +150,15 @@ class _Run:
     stats: GenerationStats
     committed: list[int]  # every committed token id: the prompt, then the new tokens
     started: float  # time.perf_counter() seconds at the start of the call
+    healing: Healing | None = None  # the required-prefix constraint (config.required_prefix), if any
+
+    def constrain(self, logits: torch.Tensor, drafts: list[list[int]]) -> torch.Tensor:
+        """``(R, V)`` target logits with token healing's mask applied; ``drafts[r]``: the draft tokens
+        before row r's position (after the committed output)."""
+        output = self.output.token_ids
+        if self.healing is None or not self.healing.active(len(output)):
+            return logits
+        return self.healing.mask(logits, [output + draft for draft in drafts])
 
     def draft_budget(self) -> int:
         """Draft tokens this round may verify (k at most): a round commits k + 1 tokens at most, so
@@ -224,7 +252,7 @@ class SpeculativeGenerator:
         stats, started = GenerationStats(prompt_tokens=len(prompt_ids)), time.perf_counter()
         stop_ids = config.stop_token_ids if config.stop_token_ids is not None else self.default_stop_ids
         run = _Run(config, self._generator(config.seed), _Output(self.tokenizer, config, stop_ids), stats,
-                   list(prompt_ids), started)
+                   list(prompt_ids), started, self._healing(config))
         if should_stop is not None and should_stop():
             run.output.finish_reason = FINISH_CANCELLED
             return run.result()  # before any work: the cache is left as the previous call left it
@@ -242,6 +270,13 @@ class SpeculativeGenerator:
         # Nothing past the output stays cached: keep at most the committed tokens minus the last.
         self.state.rollback(min(len(self.state), max(len(run.committed) - 1, 0)))
         return run.result()
+
+    def _healing(self, config: GenerationConfig) -> Healing | None:
+        """The constraint for ``config.required_prefix`` (``None`` without one)."""
+        if not config.required_prefix:
+            return None
+        vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        return Healing(TokenBytes.of(self.tokenizer, vocab_size, self.default_stop_ids), config.required_prefix)
 
     def _generator(self, seed: int | None) -> torch.Generator:
         """A random source on the model's device, seeded with ``seed`` (``None``: nondeterministically)."""
@@ -298,14 +333,13 @@ class SpeculativeGenerator:
         t0 = time.perf_counter()
         root_token = run.committed[-1]
         if draft is not None and draft.tree is not None:
-            result, branch = self._verify_tree(root_token, draft.tree, run.config, run.generator)
+            result, branch = self._verify_tree(root_token, draft.tree, run)
             verified = _Verified(result, branch, len(draft.tree))
         else:
             tokens = draft.tokens[:budget] if draft is not None else []
             probs = draft.draft_probs if draft is not None else None  # (k', V) float32, or None: deterministic
             draft_probs = probs[: len(tokens)] if probs is not None else None  # (k, V)
-            verified = _Verified(self._verify_chain(root_token, tokens, draft_probs, run.config, run.generator),
-                                 tokens, len(tokens))
+            verified = _Verified(self._verify_chain(root_token, tokens, draft_probs, run), tokens, len(tokens))
         elapsed_ms = 1000 * (time.perf_counter() - t0)
         run.stats.ms["verify"] += elapsed_ms
         run.stats.target_passes += 1
@@ -313,7 +347,7 @@ class SpeculativeGenerator:
         return verified
 
     def _verify_chain(self, root_token: int, draft_tokens: list[int], draft_probs: torch.Tensor | None,
-                      config: GenerationConfig, generator: torch.Generator | None) -> VerifyResult:
+                      run: _Run) -> VerifyResult:
         """One target pass over ``[root_token] + draft_tokens`` (k + 1 positions), verified greedily or
         by speculative sampling; keeps the accepted tokens in the cache.
 
@@ -324,18 +358,18 @@ class SpeculativeGenerator:
         """
         cached_before = len(self.state)  # == committed tokens - 1
         target_logits = self.state.forward([root_token, *draft_tokens]).float()  # (k + 1, V)
-        if config.sampling.greedy:
+        target_logits = run.constrain(target_logits, [draft_tokens[:row] for row in range(len(draft_tokens) + 1)])
+        if run.config.sampling.greedy:
             result = greedy_verify(target_logits, draft_tokens)
         else:
-            target_probs = processed_probs(target_logits, config.sampling)  # (k + 1, V)
-            result = speculative_verify(target_probs, draft_tokens, draft_probs, generator)
+            target_probs = processed_probs(target_logits, run.config.sampling)  # (k + 1, V)
+            result = speculative_verify(target_probs, draft_tokens, draft_probs, run.generator)
         # Rollback invariant: the cache holds the committed tokens minus the last.
         self.state.rollback(cached_before + 1 + result.num_accepted)
         return result
 
     @torch.inference_mode()
-    def _verify_tree(self, root_token: int, tree: DraftTree, config: GenerationConfig,
-                     generator: torch.Generator | None) -> tuple[VerifyResult, list[int]]:
+    def _verify_tree(self, root_token: int, tree: DraftTree, run: _Run) -> tuple[VerifyResult, list[int]]:
         """One target pass over a candidate tree; keeps the accepted branch in the cache.
 
         Returns the result (``num_accepted`` = branch length) and the accepted branch's tokens.
@@ -345,8 +379,10 @@ class SpeculativeGenerator:
         mask, positions = tree_attention(tree, cached_before, dtype, self.state.model.device)
         target_logits = self.state.forward([root_token, *tree.tokens], attention_mask=mask,
                                            position_ids=positions).float()  # (T + 1, V)
-        target_probs = None if config.sampling.greedy else processed_probs(target_logits, config.sampling)
-        outcome = tree_verify(target_logits, target_probs, tree, generator)
+        target_logits = run.constrain(target_logits, tree.paths())
+        sampling = run.config.sampling
+        target_probs = None if sampling.greedy else processed_probs(target_logits, sampling)
+        outcome = tree_verify(target_logits, target_probs, tree, run.generator)
         # Rollback invariant: the cache holds the committed tokens minus the last (root + branch).
         self.state.keep(cached_before + 1, [cached_before + 1 + node for node in outcome.path])
         return VerifyResult(len(outcome.path), outcome.next_token), [tree.tokens[n] for n in outcome.path]

@@ -41,6 +41,14 @@ class DraftTree:
             if not -1 <= parent < index:
                 raise ValueError(f"node {index} has parent {parent}; parents must come first")
 
+    def paths(self) -> list[list[int]]:
+        """The tokens from the root to each verify row's position: ``[]`` for row 0 (the root), then
+        node i's branch (its ancestors' tokens and its own) for row i + 1."""
+        branches: list[list[int]] = []
+        for token, parent in zip(self.tokens, self.parents):
+            branches.append((branches[parent] if parent >= 0 else []) + [token])
+        return [[], *branches]
+
     @classmethod
     def from_candidates(cls, candidates: list[list[int]], max_nodes: int) -> "DraftTree":
         """Merge candidate continuations (best first) into a trie of at most ``max_nodes`` nodes.

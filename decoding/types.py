@@ -76,6 +76,7 @@ class FinishReason(StrEnum):
     STOP = "stop"  # a stop token or stop string ended the output
     LENGTH = "length"  # max_new_tokens reached
     CANCELLED = "cancelled"  # should_stop() turned true between rounds
+    TIME = "time"  # the deadline passed, and the output ended at the next line end (whole lines)
 
 
 FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED = FinishReason.STOP, FinishReason.LENGTH, FinishReason.CANCELLED
@@ -99,6 +100,13 @@ class GenerationConfig:
     #: polled between them, so a superseded request stops within one piece; the pieces already fed stay
     #: cached for the next prompt that shares them. 0: one piece.
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
+    #: Token healing (:mod:`decoding.healing`): the output must begin with this text (the prompt's last
+    #: token, backed off); the target's distribution is renormalised over the tokens that continue it
+    #: until it is covered. ``Generation.text`` leaves it out; ``token_ids`` include the tokens that cover it.
+    required_prefix: str = ""
+    #: An answer in time: once ``time.perf_counter()`` passes this (seconds), the output ends at its next
+    #: line break, which it keeps (finish reason ``time``). ``None``: no deadline. Local engine only.
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

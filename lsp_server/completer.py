@@ -16,7 +16,7 @@ minimal edits from the old region to the new (:mod:`lsp_server.text_edits`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from decoding.types import FinishReason, Generation
 from lsp_server.backends.base import GenerationBackend
@@ -86,13 +86,17 @@ def complete(
     snippet_chars = 4 * settings.extra_tokens if capabilities.repo_prompt else 0
     related, snippets = related_files(document, request.offset, other_documents, repo, snippet_chars)
     repo_names = (repo.repo_name() if repo is not None else "workspace", label(repo, document.uri))
-    prompt = build_prompt(request, backend.tokenizer, snippets, repo_names, sources.encoder(backend), capabilities)
+    constrained = backend.constrains_output
+    prompt = build_prompt(request, backend.tokenizer, snippets, repo_names, sources.encoder(backend), capabilities,
+                          heal=settings.token_healing and constrained)
     window = syntax_window(prompt.prefix, prompt.suffix)  # once: for the mode and for trimming
     mode = decide_mode(prompt.prefix, prompt.line_suffix, document.language_id, head=window[0])
     sources.sync(backend, request, prompt, other_documents, related)
     t1 = time.perf_counter()
-    generation = backend.generate(prompt, settings.generation_config(mode.multi_line, backend, seed),
-                                  settings.drafter, request.cancelled.is_set, cache_key=document.uri)
+    config = replace(settings.generation_config(mode.multi_line, backend, seed), required_prefix=prompt.healed,
+                     deadline=request.received + settings.time_budget_ms / 1000
+                     if settings.time_budget_ms and constrained else None)
+    generation = backend.generate(prompt, config, settings.drafter, request.cancelled.is_set, cache_key=document.uri)
     t2 = time.perf_counter()
     insert_text = postprocess(generation.text, prompt, mode, document.language_id, generation.finish_reason, window)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}

@@ -36,7 +36,7 @@ class TrimContext:
     suffix: str  # model text after the cursor
     language_id: str
     mode: Mode
-    finish_reason: FinishReason = FinishReason.STOP  # LENGTH when the token limit cut the text
+    finish_reason: FinishReason = FinishReason.STOP  # LENGTH when the token limit cut the text (TIME: whole lines)
     window: tuple[str, str] | None = None  # syntax_window(prefix, suffix) when the caller has it
 
     @functools.cached_property

@@ -50,6 +50,7 @@ class Prompt:
     truncated: bool  # the budget left part of the document out of the prompt
     snippets: tuple[str, ...] = ()  # labels of the other files' snippets in the prompt
     extra: tuple[tuple[str, str], ...] = ()  # (label, text) of those snippets (for an engine that renders them)
+    healed: str = ""  # token healing: the prefix's last token, left out of prompt_ids; the output must start with it
 
 
 def _keep_tail(encode: Encode, text: str, budget: int, skipped: int = 0) -> tuple[str, list[int]]:
@@ -126,9 +127,20 @@ def _repo_header(tokenizer, repo_tokens: tuple[int, int], repo: tuple[str, str],
     return ids, tuple(labels)
 
 
+def _heal(tokenizer, prefix: str, prefix_ids: list[int]) -> tuple[list[int], str]:
+    """Token healing's back-off: the prefix's tokens less the last, and that token's text ("" and the
+    ids unchanged when the last token is not whole text of the prefix, e.g. part of a character)."""
+    if not prefix_ids:
+        return prefix_ids, ""
+    text = tokenizer.decode(prefix_ids[-1:], skip_special_tokens=False)
+    if not text or "\ufffd" in text or not prefix.endswith(text):
+        return prefix_ids, ""
+    return prefix_ids[:-1], text
+
+
 def build_prompt(
     request: CompletionRequest, tokenizer, snippets=(), repo: tuple[str, str] | None = None,
-    encoder: PromptEncoder | None = None, capabilities: ModelCapabilities | None = None,
+    encoder: PromptEncoder | None = None, capabilities: ModelCapabilities | None = None, heal: bool = False,
 ) -> Prompt:
     """The FIM prompt for a request's cursor, within the token budgets of the request's settings
     (``prefix_tokens``, ``suffix_tokens``, ``extra_tokens``).
@@ -143,6 +155,8 @@ def build_prompt(
             tokenises everything.
         capabilities: the model's FIM and repository token ids (the loaded model's); ``None``: read
             from ``tokenizer``.
+        heal: token healing (:mod:`decoding.healing`): the prefix's last token is left out of the prompt
+            and named in ``Prompt.healed``, for the generation to start with.
     """
     document, offset, budget = request.document, request.offset, request.settings
     # Only the parts within reach of the budgets, not the whole document (a copy per request).
@@ -154,6 +168,9 @@ def build_prompt(
     whole = SourceKey(document.uri)
     prefix, prefix_ids = _keep_tail(lambda text, at: encoder.encode(SourceKey(document.uri, "prefix"), text, (whole, at)),
                                     window.prefix, budget.prefix_tokens, window.prefix_length - len(window.prefix))
+    healed = ""
+    if heal:
+        prefix_ids, healed = _heal(tokenizer, prefix, prefix_ids)
     capabilities = capabilities if capabilities is not None else read_capabilities(tokenizer)
     fim = capabilities.fim
     labels: tuple[tuple[str, str], ...] = ()
@@ -178,4 +195,5 @@ def build_prompt(
         truncated=len(prefix) < window.prefix_length or len(suffix) < window.suffix_length,
         snippets=tuple(label for label, _ in labels),
         extra=labels,
+        healed=healed,
     )

@@ -8,6 +8,7 @@ taken when the request arrived, so a configuration change during a generation do
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 from lsprotocol import types
@@ -34,6 +35,7 @@ class CompletionRequest:
     method: str = "complete"  # inlineCompletion | completion | complete (the CLI) | bench
     request_id: int = 0  # ours, for logs
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
+    received: float = field(default_factory=time.perf_counter, compare=False)  # perf_counter s: the time budget's start
 
     @property
     def uri(self) -> str:
@@ -46,7 +48,7 @@ def resolve_request(document: Document, position: types.Position, codec: Positio
 
     Args:
         fields: the other :class:`CompletionRequest` fields (``automatic``, ``method``, ``request_id``,
-            ``cancelled``).
+            ``cancelled``, ``received``).
     Raises:
         lsp_server.workspace.positions.PositionError: the position is not in the document.
     """

@@ -88,6 +88,13 @@ class Settings:
     draft_min_confidence: float = _setting(
         0.0, "The draft model stops drafting at a token it gives less probability than this (0 = off). "
         "Exactness is unaffected.", minimum=0, maximum=1)
+    token_healing: bool = _setting(
+        True, "Token healing: the prompt backs off its last token before the cursor and the completion must "
+        "start with that text (a cursor inside a word or after indentation meets the tokens the model knows). "
+        "Local engine only; exactness is unaffected.")
+    time_budget_ms: int = _setting(
+        1200, "An answer in time: after this many milliseconds from the request the completion ends at its next "
+        "line end and answers the whole lines it has (0 = off). Local engine only.", minimum=0, maximum=600000)
     next_edit_region_lines: int = _setting(
         20, "Next-edit suggestions: the most lines of the region around the cursor that the model rewrites "
         "(snapped to the enclosing definition when it fits).", minimum=1, maximum=400)

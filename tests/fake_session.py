@@ -32,6 +32,7 @@ class FakeBackend:
 
     name = "fake"
     keeps_sources = False
+    constrains_output = False
     completion_stop_ids = frozenset()
 
     def __init__(self):

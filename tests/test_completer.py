@@ -104,7 +104,7 @@ def test_every_drafter_mode_completes_the_same(engine):
     line = len(text.split("\n")) // 3
     position = types.Position(line=line, character=0)
     texts = {mode: complete(as_backend(engine), resolve_request(document, position, UTF16,
-                                                    Settings(drafter=mode, max_new_tokens=24))).insert_text
+                                                    Settings(drafter=mode, max_new_tokens=24, time_budget_ms=0))).insert_text
              for mode in ("none", "ngram", "model", "staged", "auto")}
     assert len(set(texts.values())) == 1, texts
 

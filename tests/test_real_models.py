@@ -126,7 +126,7 @@ def test_every_drafter_equals_plain_greedy_in_float32(engine_fp32, index):
     outputs, passes = {}, {}
     for drafter in ("none", *(d for d in DRAFTER_MODES if d != "none")):
         engine_fp32.reset_caches()
-        request = resolve_request(document, position, UTF32, Settings(drafter=drafter, max_new_tokens=32))
+        request = resolve_request(document, position, UTF32, Settings(drafter=drafter, max_new_tokens=32, time_budget_ms=0))
         generation = complete(as_backend(engine_fp32), request).generation
         outputs[drafter], passes[drafter] = generation.token_ids, generation.stats.target_passes
     assert outputs["none"], label

@@ -84,6 +84,9 @@ class GenerationBackend(Protocol):
     capabilities: ModelCapabilities
     completion_stop_ids: frozenset[int]
     keeps_sources: bool  # True: n-gram sources and KV caches live here (local); False: all no-ops (remote)
+    #: True: honours ``GenerationConfig.required_prefix`` (token healing) and ``deadline`` (local); False:
+    #: the prompt is not healed for it (a remote engine's API has no such constraint)
+    constrains_output: bool
 
     def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str,
                  should_stop: Callable[[], bool], cache_key: Hashable = None) -> Generation:

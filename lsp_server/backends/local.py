@@ -25,6 +25,7 @@ class LocalBackend:
 
     name = LOCAL
     keeps_sources = True
+    constrains_output = True
 
     def __init__(self, engine: Engine):
         self.engine = engine

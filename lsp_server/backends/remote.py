@@ -136,6 +136,7 @@ class RemoteBackend:
 
     name = "remote"
     keeps_sources = False  # the remote engine drafts from its own state and keeps its own caches
+    constrains_output = False  # no token healing or deadline: the prompt goes as it is
 
     def __init__(self, config: RemoteConfig, tokenizer, capabilities, tls: ssl.SSLContext | None = None):
         self.config = config

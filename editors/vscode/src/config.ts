@@ -19,6 +19,8 @@ export const SERVER_SETTINGS = [
   "topP",
   "maxDraftTokens",
   "draftMinConfidence",
+  "tokenHealing",
+  "timeBudgetMs",
   "prefixTokens",
   "suffixTokens",
   "traceLevel",

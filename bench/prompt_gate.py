@@ -1,0 +1,168 @@
+"""``speclsp bench prompt-gate``: a paired quality comparison of two prompt variants on the same cuts.
+
+A prompt change becomes the default only if it does not lose quality: on cuts of code the models never
+saw (``--corpus 2026``), every cut is completed with both variants, and per cut the difference of two
+scores is taken: first line exact (the completion's first line equals the rest of the cut line) and
+parses (the file with the completion inserted is valid Python). Reported per cursor kind and overall: each
+variant's share, the mean paired difference and its 95% interval (normal approximation over the per-cut
+differences). The gate passes when the interval's lower end is above ``-0.02`` on both scores.
+
+Cursor kinds, each at a code line of a file that parses; the rest of the line and the next
+``--cut-lines - 1`` lines are removed (what a typist has not written yet):
+
+* ``line_start``: after the line's indentation (as an editor leaves the cursor after Enter);
+* ``mid_line``: after a word boundary inside the line (a space or punctuation before the cursor);
+* ``mid_token``: inside an identifier, at least one character typed and one left.
+
+Variants: ``psm`` (prefix-suffix-middle as the server builds it, no token healing) and ``psm_healed``
+(the same with token healing, :mod:`decoding.healing`). Greedy, drafter ``ngram`` (its output equals
+plain decoding), no time budget. A measurement command, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+from dataclasses import replace
+
+from lsprotocol import types
+
+from bench.corpus import corpus_files
+from bench.cuts import first_line, parses
+from lsp_server.cli import cut_hole
+from lsp_server.completer import complete
+from lsp_server.request import resolve_request
+from lsp_server.settings import Settings
+from lsp_server.workspace.documents import Document
+from lsp_server.workspace.positions import codec_for
+
+KINDS = ("line_start", "mid_line", "mid_token")
+VARIANTS = {"psm": {"token_healing": False}, "psm_healed": {"token_healing": True}}
+GATE = -0.02  # the largest loss the interval's lower end may show
+
+
+def _word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def _columns(line: str, kind: str) -> list[int]:
+    """Cursor columns of ``kind`` in a code line (characters)."""
+    indent = len(line) - len(line.lstrip())
+    end = len(line.rstrip())
+    if kind == "line_start":
+        return [indent] if end > indent else []
+    found = []
+    for column in range(indent + 2, end - 1):
+        before, after = _word(line[column - 1]), _word(line[column])
+        if (kind == "mid_line" and not before and line[column] != " ") or (kind == "mid_token" and before and after):
+            found.append(column)
+    return found
+
+
+def gate_cuts(count: int, seed: int, corpus: str) -> list[tuple[str, Document, types.Position]]:
+    """``count`` (kind, document, cursor) triples, the kinds in turn, chosen with ``seed``."""
+    rng = random.Random(seed)
+    candidates: dict[str, list] = {kind: [] for kind in KINDS}
+    for path in corpus_files(corpus):
+        try:
+            text = path.read_text(encoding="utf-8").replace("\r\n", "\n")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if not parses(text):
+            continue
+        document = Document(path.as_uri(), text, 0, "python")
+        for number, line in enumerate(text.split("\n")):
+            stripped = line.strip()
+            if not line.startswith(" ") or not stripped or stripped.startswith(("#", '"', "'", ")", "]", "}")):
+                continue
+            for kind in KINDS:
+                columns = _columns(line, kind)
+                if columns:
+                    candidates[kind].append((document, number, columns))
+    chosen = []
+    for index in range(count):
+        kind = KINDS[index % len(KINDS)]
+        document, number, columns = rng.choice(candidates[kind])
+        chosen.append((kind, document, types.Position(line=number, character=rng.choice(columns))))
+    return chosen
+
+
+def interval(differences: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the mean paired difference and its 95% interval (normal approximation)."""
+    mean = statistics.fmean(differences)
+    spread = statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else 0.0
+    return round(mean, 4), round(mean - 1.96 * spread, 4), round(mean + 1.96 * spread, 4)
+
+
+def summarize(rows: list[dict], base: str, candidate: str) -> dict:
+    """Per kind and overall: each variant's share of both scores, the paired difference and its interval."""
+    out = {}
+    for kind in (*KINDS, "all"):
+        chosen = [r for r in rows if kind == "all" or r["kind"] == kind]
+        if not chosen:
+            continue
+        entry = {"cuts": len(chosen)}
+        for score in ("first_line_exact", "parses"):
+            a = [float(r[base][score]) for r in chosen]
+            b = [float(r[candidate][score]) for r in chosen]
+            entry[score] = {base: round(statistics.fmean(a), 4), candidate: round(statistics.fmean(b), 4),
+                            "difference": interval([y - x for x, y in zip(a, b)])}
+        out[kind] = entry
+    overall = out["all"]
+    out["gate_passes"] = all(overall[s]["difference"][1] > GATE for s in ("first_line_exact", "parses"))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from decoding.engine import Engine  # loads torch: not at parser setup
+    from lsp_server.backends.local import as_backend
+
+    base, candidate = args.variants.split(",")
+    codec = codec_for(types.PositionEncodingKind.Utf32)
+    settings = Settings(model=args.model, draft_model="none", dtype=args.dtype, drafter="ngram",
+                        max_new_tokens=args.max_new_tokens, time_budget_ms=0)
+    engine = Engine.load(settings.engine_config())
+    backend = as_backend(engine)
+    rows = []
+    for index, (kind, document, position) in enumerate(gate_cuts(args.cuts, args.seed, args.corpus)):
+        holed, removed = cut_hole(document, position, codec, args.cut_lines)
+        row = {"kind": kind, "file": document.uri.rsplit("/", 2)[-1], "line": position.line + 1,
+               "column": position.character}
+        for variant in (base, candidate):
+            request = resolve_request(holed, position, codec, replace(settings, **VARIANTS[variant]))
+            inserted = complete(backend, request).insert_text
+            row[variant] = {
+                "first_line_exact": bool(inserted.strip()) and first_line(inserted) == first_line(removed),
+                "parses": bool(inserted.strip()) and parses(holed.text[:request.offset] + inserted
+                                                             + holed.text[request.offset:]),
+                "text": inserted if args.show_text else None}
+        rows.append(row)
+        print(f"cut {index + 1}/{args.cuts} {kind}: {base} {row[base]['first_line_exact']:d} "
+              f"{candidate} {row[candidate]['first_line_exact']:d}", file=sys.stderr)
+    result = {"settings": {k: v for k, v in vars(args).items() if k != "run"}, "target": engine.target.name,
+              "dtype": str(engine.target.model.dtype), "summary": summarize(rows, base, candidate)}
+    if args.rows:
+        result["rows"] = rows
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def add_parser(kinds) -> None:
+    """Register ``speclsp bench prompt-gate``."""
+    gate = kinds.add_parser("prompt-gate", help="paired quality comparison of two prompt variants on the same cuts")
+    gate.add_argument("--corpus", default="2026", help="2026 (code written after the models' training), stdlib "
+                                                       "or a directory of .py files")
+    gate.add_argument("--model", default="qwen2.5-coder-0.5b")
+    gate.add_argument("--dtype", default="auto")
+    gate.add_argument("--cuts", type=int, default=120, help="cuts in all, the cursor kinds in turn")
+    gate.add_argument("--cut-lines", type=int, default=3)
+    gate.add_argument("--max-new-tokens", type=int, default=48)
+    gate.add_argument("--variants", default="psm,psm_healed", help=f"BASE,CANDIDATE of {', '.join(VARIANTS)}")
+    gate.add_argument("--seed", type=int, default=0)
+    gate.add_argument("--rows", action="store_true", help="print every cut's scores too")
+    gate.add_argument("--show-text", action="store_true", help="with --rows: the completions' text")
+    gate.set_defaults(run=run)
