@@ -305,6 +305,12 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "document_sizes", None):  # keystroke latency in large documents (bench.keystrokes)
         return args.measure_keystrokes(args)
+    if args.typist:  # characters our suggestions write for a typist (bench.typist)
+        from bench import typist
+
+        args.functions = args.functions if args.functions is not None else 3
+        return typist.run(args)
+    args.functions = args.functions if args.functions is not None else 8
     if args.quick:
         args.functions = min(args.functions, 2)
     if args.backend != "local" and not args.endpoint:
@@ -325,7 +331,7 @@ def add_parser(kinds) -> argparse.ArgumentParser:
     """Register ``speclsp bench lsp``; returns its parser (:mod:`bench.keystrokes` adds its flags)."""
     lsp = kinds.add_parser("lsp", help="replay human typing through the server over stdio: latency, cache hits; "
                                        "with --document-sizes, keystroke latency in large documents")
-    lsp.add_argument("--functions", type=int, default=8, help="held-out functions to type")
+    lsp.add_argument("--functions", type=int, default=None, help="held-out functions to type (default 8; --typist 3)")
     lsp.add_argument("--drafter", default="auto")
     lsp.add_argument("--model", default="auto", help="target model name (as for speclsp complete)")
     lsp.add_argument("--draft-model", default="auto", help="draft model name, or none")
@@ -340,7 +346,13 @@ def add_parser(kinds) -> argparse.ArgumentParser:
     lsp.add_argument("--endpoint", default="", help="the remote engine's base URL (remote backends)")
     lsp.add_argument("--remote-model", default="", help="the served model's name (remote backends)")
     lsp.add_argument("--api-key-env", default="", help="environment variable holding the API key (remote backends)")
-    lsp.add_argument("--out", type=Path, default=None, help="write DIR/results.json")
+    lsp.add_argument("--out", type=Path, default=None, help="write DIR/results.json (--typist: DIR/typist.json)")
+    lsp.add_argument("--typist", action="store_true",
+                     help="a person types functions of the 2026 corpus at --paces; characters taken from suggestions "
+                          "(see bench/typist.py); --functions defaults to 3 here")
+    lsp.add_argument("--paces", default="fast,steady", help="--typist: fast, steady or both")
+    lsp.add_argument("--llama", action="store_true",
+                     help="--typist: also our server on llama.cpp's /infill (llama-server on the model's GGUF)")
     lsp.add_argument("--requests-json", type=Path, default=None, metavar="FILE",
                      help="write one row per request (time sent, prompt tokens and reused, new tokens, status, "
                           "latency) to FILE: the input of speclsp bench scale-out")

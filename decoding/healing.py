@@ -14,6 +14,12 @@ is the target's renormalised over the allowed tokens, so speculative output stay
 constrained plain output (a draft token outside the mask has target probability 0 and is rejected).
 
 Bytes, not characters: a byte-level BPE token may hold part of a UTF-8 character.
+
+A required text that ends in blanks (spaces or tabs: the indentation an editor left after Enter, the
+space after ``=``) is *closed*: the output may not add blanks right after it. The user set that
+indentation; a model that could grow it writes its line one level too deep (``speclsp bench prompt-gate``
+on 120 cuts of the 2026 corpus: at the start of a line, 45% of healed completions parsed against 58%
+unhealed, before this rule).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from functools import lru_cache
 
 import torch
 
+_BLANKS = (b" ", b"\t")
 _TABLES: weakref.WeakKeyDictionary[object, dict[int, TokenBytes]] = weakref.WeakKeyDictionary()
 
 
@@ -76,7 +83,9 @@ class TokenBytes:
             if data:
                 self._by_bytes.setdefault(data, []).append(index)
         self._sorted = sorted(self._by_bytes)
-        self._allowed: dict[bytes, torch.Tensor] = {}
+        self._allowed: dict[tuple[bytes, bool], torch.Tensor] = {}
+        self.blank_start = torch.tensor([i for i, data in enumerate(self.token_bytes) if data[:1] in _BLANKS],
+                                        dtype=torch.long)  # ids whose text starts with a space or tab
 
     @classmethod
     def of(cls, tokenizer, vocab_size: int, special_ids=()) -> TokenBytes:
@@ -89,20 +98,22 @@ class TokenBytes:
             tables[vocab_size] = cls(tokenizer, vocab_size, special_ids)
         return tables[vocab_size]
 
-    def allowed(self, remaining: bytes) -> torch.Tensor:
+    def allowed(self, remaining: bytes, closed: bool = False) -> torch.Tensor:
         """``(n,)`` int64 ids of the tokens that continue ``remaining`` (non-empty): those whose bytes
-        start with it, and those whose bytes are a non-empty prefix of it."""
-        found = self._allowed.get(remaining)
+        start with it, and those whose bytes are a non-empty prefix of it. ``closed``: not those that
+        go on with a blank right after it."""
+        found = self._allowed.get((remaining, closed))
         if found is None:
             ids: list[int] = []
             start = bisect.bisect_left(self._sorted, remaining)
             for data in self._sorted[start:]:
                 if not data.startswith(remaining):
                     break
-                ids += self._by_bytes[data]
+                if not (closed and data[len(remaining):len(remaining) + 1] in _BLANKS):
+                    ids += self._by_bytes[data]
             for length in range(1, len(remaining)):
                 ids += self._by_bytes.get(remaining[:length], [])
-            found = self._allowed[remaining] = torch.tensor(sorted(ids), dtype=torch.long)
+            found = self._allowed[(remaining, closed)] = torch.tensor(sorted(ids), dtype=torch.long)
         return found
 
 
@@ -116,15 +127,17 @@ class Healing:
 
     def __init__(self, table: TokenBytes, required: str):
         self.table, self.required = table, required.encode("utf-8")
+        self.closed = self.required[-1:] in _BLANKS  # no blank may follow it
 
     def remaining(self, output_ids: list[int]) -> bytes | None:
-        """The required bytes not yet covered after ``output_ids`` (new tokens so far), or ``None`` when
-        they are all covered (or the tokens left the required text: a rejected draft's path, whose row
-        is never used)."""
+        """The required bytes not yet covered after ``output_ids`` (new tokens so far); ``b""`` when
+        they are covered exactly and the text is closed (the next token may not start with a blank);
+        ``None`` when nothing constrains the next token (covered, or the tokens left the required text:
+        a rejected draft's path, whose row is never used)."""
         covered = b"".join(self.table.token_bytes[t] if t < self.table.vocab_size else b"" for t in output_ids)
-        if len(covered) >= len(self.required):
-            return None
-        if not self.required.startswith(covered):
+        if len(covered) == len(self.required) and self.closed and covered == self.required:
+            return b""
+        if len(covered) >= len(self.required) or not self.required.startswith(covered):
             return None
         return self.required[len(covered):]
 
@@ -139,12 +152,15 @@ class Healing:
             ``logits`` itself when no row is constrained, else a masked copy.
         """
         rows = [(row, self.remaining(path)) for row, path in enumerate(paths)]
-        rows = [(row, rest) for row, rest in rows if rest]
+        rows = [(row, rest) for row, rest in rows if rest is not None]
         if not rows:
             return logits
         masked = logits.clone()
         for row, rest in rows:
-            allowed = self.table.allowed(rest).to(logits.device)
+            if not rest:  # covered exactly, closed: anything but a blank next
+                masked[row, self.table.blank_start.to(logits.device)] = float("-inf")
+                continue
+            allowed = self.table.allowed(rest, self.closed).to(logits.device)
             keep = masked[row, allowed]
             masked[row] = float("-inf")
             masked[row, allowed] = keep
@@ -153,4 +169,4 @@ class Healing:
     def active(self, num_output_tokens: int) -> bool:
         """Whether a position after ``num_output_tokens`` new tokens may still be constrained (an upper
         bound: a token covers at least one byte)."""
-        return num_output_tokens < len(self.required)
+        return num_output_tokens <= len(self.required)

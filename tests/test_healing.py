@@ -77,6 +77,17 @@ def test_real_tokenizer_heals_a_partial_word_and_indentation():
     seven = tokenizer.convert_tokens_to_ids("Ġ" * 7)
     assert seven in table.allowed(b" " * 8).tolist()
     assert not set(table.allowed(b"pri").tolist()) & set(tokenizer.all_special_ids)
+    # Closed: the indentation the user has may not grow (no 12-space token, no blank after 8 spaces).
+    healing = Healing(table, " " * 8)
+    twelve = tokenizer.convert_tokens_to_ids("Ġ" * 12)
+    assert healing.closed and twelve not in table.allowed(b" " * 8, closed=True).tolist()
+    assert twelve in table.allowed(b" " * 8).tolist()
+    eight = tokenizer.convert_tokens_to_ids("Ġ" * 8)
+    assert healing.remaining([eight]) == b"" and healing.remaining([seven]) == b" "
+    masked = healing.mask(torch.zeros(2, len(tokenizer)), [[eight], [seven]])
+    assert masked[0, tokenizer.convert_tokens_to_ids("Ġself")] == float("-inf") and masked[0, twelve] == float("-inf")
+    assert masked[0, tokenizer.convert_tokens_to_ids("self")] == 0
+    assert masked[1, tokenizer.convert_tokens_to_ids("Ġself")] == 0 and masked[1, twelve] == float("-inf")
 
 
 def oracle_greedy(model, prompt: list[int], required: str, n: int) -> list[int]:

@@ -1,0 +1,268 @@
+"""``speclsp bench lsp --typist``: a person types functions of code the models never saw; how much do
+our suggestions write for them?
+
+Functions of the ``2026`` corpus (:func:`bench.corpus.corpus_files`: code written after the models'
+training; 4-25 lines, chosen with ``--seed`` before any tuning, named in the output) are cut out of their
+files and typed back through the real server over stdio, key by key, at two paces:
+
+* ``fast``: a key every 90-200 ms, a 0.7-1.3 s pause before each Enter;
+* ``steady``: a key every 150-300 ms, 1.5-3 s of thought after each Enter, on the new line.
+
+Enter brings the next line's indentation with it (the editor's auto-indent). As an editor does, the client
+asks for an inline completion 75 ms after the last key, and cancels a request still unanswered when
+the next key comes (``$/cancelRequest``). An answer that arrives before the next key is shown (an answer
+for an older version of the text is dropped); typing a character the shown suggestion starts with keeps
+the rest on screen. At each key the typist looks at the suggestion on screen and takes it when its first
+line is exactly what comes next (the whole rest of the line, or a prefix of it of at least 4 characters),
+with each further line that is exactly right; the taken text is inserted at once and typing goes on after it.
+
+Reported per row and pace: characters taken (and their share of the typed functions), suggestions
+shown / by the model / taken, the model's answers' key-to-shown latency p50/p95 (last key to answer
+received), requests superseded. Rows: ``ours`` (the local engine) and, with ``--llama``, our server with
+``--backend llamacpp-infill`` against ``llama-server`` on the same model's GGUF (the engine llama.vim and
+llama.vscode use). A measurement command, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+from bench.corpus import corpus_files
+from bench.lsp import percentile, start_server
+
+PACES = {"fast": {"key_s": (0.090, 0.200), "before_enter_s": (0.7, 1.3), "after_enter_s": (0.0, 0.0)},
+         "steady": {"key_s": (0.150, 0.300), "before_enter_s": (0.0, 0.0), "after_enter_s": (1.5, 3.0)}}
+DEBOUNCE_S = 0.075
+MIN_PREFIX_TAKEN = 4
+
+
+def pick_functions(count: int, seed: int, corpus: str = "2026") -> list[tuple[str, str, int, int]]:
+    """(name, file text, body start, body end) of ``count`` functions of 4-25 lines; the body starts at
+    the ``def``'s indentation and ends at its last line's end."""
+    found = []
+    for path in corpus_files(corpus):
+        text = path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
+        lines = text.split("\n")
+        offsets = [0]
+        for line in lines:
+            offsets.append(offsets[-1] + len(line) + 1)
+        for index, line in enumerate(lines):
+            stripped = line.lstrip()
+            if not stripped.startswith("def "):
+                continue
+            indent = len(line) - len(stripped)
+            end = index + 1
+            while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
+                end += 1
+            while end > index + 1 and not lines[end - 1].strip():
+                end -= 1
+            if 4 <= end - index <= 25:
+                name = f"{path.parent.name}/{path.name}:{index + 1} {stripped[4:].split('(', 1)[0]}"
+                found.append((name, text, offsets[index] + indent, offsets[end] - 1))
+    return random.Random(seed).sample(found, min(count, len(found)))
+
+
+def takeable(shown: str, rest: str) -> str:
+    """What the typist takes of the suggestion ``shown`` when ``rest`` is what they will type next: its
+    first line when exactly right (the whole rest of the line, or a prefix of at least 4 characters),
+    then each further line while exactly right; "" when nothing is taken."""
+    shown_lines, rest_lines = shown.split("\n"), rest.split("\n")
+    first = shown_lines[0]
+    if not first or not rest_lines[0].startswith(first):
+        return ""
+    if first != rest_lines[0]:
+        return first if len(first) >= MIN_PREFIX_TAKEN else ""
+    taken = [first]
+    for got, want in zip(shown_lines[1:], rest_lines[1:]):
+        if got != want or not got.strip():
+            break
+        taken.append(got)
+    return "\n".join(taken)
+
+
+@dataclass
+class Outcome:
+    """One row's and pace's counts."""
+
+    characters: int = 0
+    taken_characters: int = 0
+    requests: int = 0
+    superseded: int = 0
+    shown: int = 0
+    shown_by_model: int = 0
+    taken: int = 0
+    model_latency_ms: list[float] = field(default_factory=list)
+    shown_ids: list[str] = field(default_factory=list)  # the requests whose answers were shown
+
+
+class TypistSession:
+    """Types functions into one server and counts."""
+
+    def __init__(self, client: LanguageClient, pace: dict, rng: random.Random):
+        self.client, self.pace, self.rng = client, pace, rng
+        self.version = 0
+        self.outcome = Outcome()
+        self.pending: dict[str, tuple[asyncio.Future, int, float]] = {}  # request id -> (future, version, last key)
+        self._next_id = 0
+
+    def _change(self, uri: str, offset_text: str, text: str) -> None:
+        self.version += 1
+        line = offset_text.count("\n")
+        character = len(offset_text[offset_text.rfind("\n") + 1:].encode("utf-16-le")) // 2
+        position = types.Position(line=line, character=character)
+        self.client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.version),
+            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=position, end=position),
+                                                                    text=text)]))
+
+    def _ask(self, uri: str, before: str, last_key: float) -> str:
+        self._next_id += 1
+        request_id = f"typist-{self._next_id}"
+        line = before.count("\n")
+        character = len(before[before.rfind("\n") + 1:].encode("utf-16-le")) // 2
+        params = types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic))
+        future = asyncio.wrap_future(self.client.protocol.send_request(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=request_id))
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a cancelled request's error is expected
+        self.pending[request_id] = (future, self.version, last_key)
+        self.outcome.requests += 1
+        return request_id
+
+    def _cancel_unanswered(self) -> None:
+        for request_id, (future, _, _) in list(self.pending.items()):
+            if not future.done():
+                self.client.protocol.notify("$/cancelRequest", types.CancelParams(id=request_id))
+                self.outcome.superseded += 1
+            del self.pending[request_id]
+
+    async def _wait(self, seconds: float, shown: str, before: str, uri: str, last_key: float) -> str:
+        """Let ``seconds`` pass (asking once after the debounce); returns the suggestion on screen then."""
+        deadline = time.perf_counter() + seconds
+        if seconds > DEBOUNCE_S:
+            await asyncio.sleep(DEBOUNCE_S)
+            request_id = self._ask(uri, before, last_key)
+            future, version, _ = self.pending[request_id]
+            left = deadline - time.perf_counter()
+            done, _ = await asyncio.wait({future}, timeout=max(0.0, left))
+            if done and version == self.version:
+                arrived = time.perf_counter()
+                result = future.result()
+                text = result.items[0].insert_text if result and result.items else ""
+                text = text if isinstance(text, str) else text.value
+                if text:
+                    shown = text
+                    self.outcome.shown += 1
+                    self.outcome.shown_ids.append(request_id)
+                    self.outcome.model_latency_ms.append(1000 * (arrived - last_key))
+        left = deadline - time.perf_counter()
+        if left > 0:
+            await asyncio.sleep(left)
+        return shown
+
+    async def type_function(self, name: str, text: str, start: int, end: int) -> None:
+        uri = f"file:///typist/{name.split(' ', 1)[0].replace('/', '_').replace(':', '_')}"
+        body = text[start:end]
+        self.version += 1
+        self.client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+            uri=uri, language_id="python", version=self.version, text=text[:start] + text[end:])))
+        before, index, shown = text[:start], 0, ""
+        self.outcome.characters += len(body)
+        while index < len(body):
+            rest = body[index:]
+            taken = takeable(shown, rest)
+            if taken:
+                change, shown = taken, ""
+                self.outcome.taken += 1
+                self.outcome.taken_characters += len(taken)
+            elif body[index] == "\n":  # Enter, with the next line's indentation (auto-indent)
+                following = body[index + 1:]
+                change = "\n" + following[: len(following) - len(following.lstrip(" \t"))]
+                await asyncio.sleep(self.rng.uniform(*self.pace["before_enter_s"]))
+                shown = ""
+            else:
+                change = body[index]
+                shown = shown[1:] if shown[:1] == change else ""
+            self._cancel_unanswered()
+            self._change(uri, before, change)
+            last_key = time.perf_counter()
+            before += change
+            index += len(change)
+            if index >= len(body):
+                break
+            think = self.rng.uniform(*self.pace["after_enter_s"]) if change.startswith("\n") else 0.0
+            shown = await self._wait(max(think, self.rng.uniform(*self.pace["key_s"])), shown, before, uri, last_key)
+        self._cancel_unanswered()
+        self.client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+
+
+async def run_row(args: argparse.Namespace, pace_name: str, functions, backend: str, endpoint: str) -> dict:
+    trace_path = Path(tempfile.mkdtemp(prefix="speclsp-typist-")) / "trace.jsonl"
+    server_args = argparse.Namespace(**{**vars(args), "backend": backend, "endpoint": endpoint})
+    client = await start_server(server_args, trace_path, "speclsp-typist")
+    session = TypistSession(client, PACES[pace_name], random.Random(args.seed))
+    for number, (name, text, start, end) in enumerate(functions, 1):
+        print(f"[{backend} {pace_name}] typing {number}/{len(functions)}: {name}", file=sys.stderr)
+        await session.type_function(name, text, start, end)
+    await asyncio.sleep(0.5)
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+    records = [json.loads(line) for line in trace_path.read_text().splitlines()]
+    by_order = {f"typist-{n}": record for n, record in enumerate(sorted(records, key=lambda r: r["id"]), 1)}
+    outcome = session.outcome
+    model_latency = [ms for request_id, ms in zip(outcome.shown_ids, outcome.model_latency_ms)
+                     if by_order.get(request_id, {}).get("status") == "ok"]
+    outcome.shown_by_model = len(model_latency)
+    return {"row": "ours" if backend == "local" else "llama.cpp /infill", "pace": pace_name,
+            "characters": outcome.characters, "taken_characters": outcome.taken_characters,
+            "taken_share": round(outcome.taken_characters / max(1, outcome.characters), 4),
+            "requests": outcome.requests, "superseded": outcome.superseded, "shown": outcome.shown,
+            "shown_by_model": outcome.shown_by_model, "taken": outcome.taken,
+            "model_latency_ms": {"p50": percentile(model_latency, 50), "p95": percentile(model_latency, 95)},
+            "statuses": {s: sum(1 for r in records if r["status"] == s) for s in {r["status"] for r in records}}}
+
+
+def run(args: argparse.Namespace) -> int:
+    functions = pick_functions(args.functions, args.seed)
+    print("functions: " + "; ".join(name for name, *_ in functions), file=sys.stderr)
+    rows = []
+    llama = None
+    if args.llama:
+        from bench.llama_cpp import LlamaServer, gguf_path
+
+        model = args.model if args.model != "auto" else "qwen2.5-coder-1.5b"
+        llama = LlamaServer(gguf_path(model), threads=2).start()
+    try:
+        for pace in args.paces.split(","):
+            rows.append(asyncio.run(run_row(args, pace, functions, "local", "")))
+            if llama is not None:
+                rows.append(asyncio.run(run_row(args, pace, functions, "llamacpp-infill", llama.url)))
+    finally:
+        if llama is not None:
+            llama.stop()
+    result = {"functions": [name for name, *_ in functions], "model": args.model, "draft_model": args.draft_model,
+              "drafter": args.drafter, "seed": args.seed, "rows": rows}
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "typist.json").write_text(json.dumps(result, indent=2) + "\n")
+    print("row | pace | chars taken | share | shown / by model / taken | model p50/p95 ms | requests | superseded")
+    for row in rows:
+        latency = row["model_latency_ms"]
+        print(f"{row['row']} | {row['pace']} | {row['taken_characters']}/{row['characters']} | {row['taken_share']:.1%} | "
+              f"{row['shown']} / {row['shown_by_model']} / {row['taken']} | {latency['p50']}/{latency['p95']} | "
+              f"{row['requests']} | {row['superseded']}")
+    return 0
