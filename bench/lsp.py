@@ -164,11 +164,20 @@ class Typist:
             text_document=types.TextDocumentIdentifier(uri=uri)))
 
 
+async def _drain(stream: asyncio.StreamReader, path: Path) -> None:
+    with open(path, "ab") as log:
+        while chunk := await stream.read(65536):
+            log.write(chunk)
+
+
 async def start_server(args: argparse.Namespace, trace_path: Path, name: str) -> LanguageClient:
     """The real server over stdio as client ``name``, initialized with ``args``' models, drafter and
     token cap, its trace to ``trace_path``, the index off; returns once the models are loaded."""
     client = LanguageClient(name, "1")
     await client.start_io(sys.executable, "-m", "lsp_server.cli", "serve")
+    # pygls pipes the server's stderr and never reads it: drained into a file, or the server's logging
+    # blocks once the pipe's 64 KB are full (a typist's thousand requests fill it).
+    client.stderr_drain = asyncio.ensure_future(_drain(client._server.stderr, trace_path.with_name("server.log")))
     ready = asyncio.Event()
 
     @client.feature("speclsp/status")

@@ -63,8 +63,9 @@ def _columns(line: str, kind: str) -> list[int]:
     return found
 
 
-def gate_cuts(count: int, seed: int, corpus: str) -> list[tuple[str, Document, types.Position]]:
-    """``count`` (kind, document, cursor) triples, the kinds in turn, chosen with ``seed``."""
+def gate_cuts(count: int, seed: int, corpus: str, kinds: tuple[str, ...] = KINDS,
+              ) -> list[tuple[str, Document, types.Position]]:
+    """``count`` (kind, document, cursor) triples, ``kinds`` in turn, chosen with ``seed``."""
     rng = random.Random(seed)
     candidates: dict[str, list] = {kind: [] for kind in KINDS}
     for path in corpus_files(corpus):
@@ -85,7 +86,7 @@ def gate_cuts(count: int, seed: int, corpus: str) -> list[tuple[str, Document, t
                     candidates[kind].append((document, number, columns))
     chosen = []
     for index in range(count):
-        kind = KINDS[index % len(KINDS)]
+        kind = kinds[index % len(kinds)]
         document, number, columns = rng.choice(candidates[kind])
         chosen.append((kind, document, types.Position(line=number, character=rng.choice(columns))))
     return chosen
@@ -128,7 +129,10 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine.load(settings.engine_config())
     backend = as_backend(engine)
     rows = []
-    for index, (kind, document, position) in enumerate(gate_cuts(args.cuts, args.seed, args.corpus)):
+    kinds = tuple(args.kinds.split(","))
+    if set(kinds) - set(KINDS) or set(args.variants.split(",")) - set(VARIANTS):
+        raise SystemExit(f"--kinds takes {', '.join(KINDS)}; --variants takes {', '.join(VARIANTS)}")
+    for index, (kind, document, position) in enumerate(gate_cuts(args.cuts, args.seed, args.corpus, kinds)):
         holed, removed = cut_hole(document, position, codec, args.cut_lines)
         row = {"kind": kind, "file": document.uri.rsplit("/", 2)[-1], "line": position.line + 1,
                "column": position.character}
@@ -162,6 +166,7 @@ def add_parser(kinds) -> None:
     gate.add_argument("--cut-lines", type=int, default=3)
     gate.add_argument("--max-new-tokens", type=int, default=48)
     gate.add_argument("--variants", default="psm,psm_healed", help=f"BASE,CANDIDATE of {', '.join(VARIANTS)}")
+    gate.add_argument("--kinds", default=",".join(KINDS), help=f"cursor kinds, in turn: {', '.join(KINDS)}")
     gate.add_argument("--seed", type=int, default=0)
     gate.add_argument("--rows", action="store_true", help="print every cut's scores too")
     gate.add_argument("--show-text", action="store_true", help="with --rows: the completions' text")

@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import replace
 
 from decoding.draft_length import DraftLengthPolicy
+from decoding.drafter_choice import draft_model_pays
 from decoding.drafters.base import Drafter
 from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramDrafter
@@ -81,6 +82,10 @@ class Engine:
         #: a special token never belongs in inserted code.
         self.completion_stop_ids = target.capabilities.stop_ids
         self._thread = threading.get_ident()  # the only thread that may use the engine (see claim_thread)
+        #: Whether ``auto`` drafts with the draft model (:mod:`decoding.drafter_choice`; set by :meth:`load`
+        #: from measured step costs), and why.
+        self.auto_uses_draft_model = draft is not None
+        self.auto_reason = "no draft model: auto drafts with n-grams only" if draft is None else ""
 
     @classmethod
     def load(cls, config: EngineConfig, on_stage: Callable[[str], None] | None = None) -> Engine:
@@ -105,7 +110,11 @@ class Engine:
             draft = load_model(pair.draft, str(target.model.device), config.dtype, config.trust_remote_code, on_stage,
                                config.quantization)
             check_draft_compatible(target, draft)
-        return cls(config, target, draft, pair.notice)
+        engine = cls(config, target, draft, pair.notice)
+        if draft is not None:
+            engine.auto_uses_draft_model, engine.auto_reason = draft_model_pays(target, draft)
+            log.info("%s", engine.auto_reason)
+        return engine
 
     def claim_thread(self) -> None:
         """Make the calling thread the only one allowed to use this engine (the server's model thread
@@ -192,7 +201,7 @@ class Engine:
             case DrafterMode.STAGED:
                 return [StagedDrafter(lookup(), model)]
             case DrafterMode.AUTO:
-                if model is None:
+                if model is None or not self.auto_uses_draft_model:
                     return [lookup()]
                 ngram = lookup()  # one lookup, shared by the staged drafter
                 return [ngram, StagedDrafter(ngram, model), model]

@@ -1,0 +1,130 @@
+"""Whether ``auto`` drafting should use the draft model here, decided from step costs measured at load.
+
+Speculative decoding with draft length k, acceptance α and a draft that costs c target steps per token
+gives (1 − α^(k+1)) / (1 − α) tokens per round for 1 + k·c target steps (Leviathan et al. 2022, section
+3.3); an n-gram draft costs nothing. So the draft model only pays where its step is cheap against the
+target's: on a 2-core CPU the 0.5B's step costs about a third of the 1.5B's (c ≈ 0.33), and there
+``auto`` with the draft model lost to n-gram drafts alone on every workload (``speclsp bench decode``;
+the README's command: 16.0-21.9 s against 10.5-10.6 s). With c = 0.33, k = 4 and α = 0.7 a round gives
+2.8 tokens for 2.3 steps (1.2 per step), less than the n-gram lookup's typical 1.4-1.6 tokens per pass
+for one step; at c ≤ 0.2 the draft model is ahead again.
+
+:func:`draft_model_pays` times one-token steps of both models after a short prefill (the median of a
+few) and keeps the result per model pair, device, dtype, CPU and thread count in the cache
+(``drafter-costs.json`` under :func:`decoding.gguf_models.cache_root`), so a later load decides at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from decoding.gguf_models import cache_root
+from decoding.kv_cache import KVCacheState
+
+log = logging.getLogger(__name__)
+
+MAX_DRAFT_COST = 0.2  # the draft model's step over the target's at most this: auto uses it
+_CONTEXT_TOKENS = 128
+_REPEATS = 5
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Milliseconds of one one-token pass of each model (medians), and where they were measured."""
+
+    target_ms: float
+    draft_ms: float
+    key: str
+
+    @property
+    def ratio(self) -> float:
+        """c: the draft model's step in target steps."""
+        return self.draft_ms / self.target_ms if self.target_ms > 0 else float("inf")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cost_key(target_name: str, draft_name: str, model: torch.nn.Module) -> str:
+    """What the costs depend on: the pair, device, dtype, the CPU (or GPU) and its threads, torch."""
+    device = model.device
+    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    return "|".join((target_name, draft_name, str(device), str(model.dtype), hardware,
+                     f"threads={torch.get_num_threads()}", f"torch={torch.__version__}"))
+
+
+@torch.inference_mode()
+def _step_ms(models: list[torch.nn.Module]) -> list[float]:
+    """The median one-token pass (ms) of each model after a prefill of ``_CONTEXT_TOKENS`` tokens; the
+    models' passes are interleaved, so other load on the machine falls on all of them alike."""
+    generator = torch.Generator().manual_seed(0)
+    vocab = min(1000, *(model.get_output_embeddings().weight.shape[0] for model in models))
+    context = [int(i) for i in torch.randint(0, vocab, (_CONTEXT_TOKENS + 1,), generator=generator)]
+    states = [KVCacheState(model) for model in models]
+    for state in states:
+        state.prefill(context)
+    times: list[list[float]] = [[] for _ in models]
+    for _ in range(_REPEATS + 1):  # the first round warms up
+        for state, model, spent in zip(states, models, times):
+            started = time.perf_counter()
+            state.forward(context[-1:], logits_to_keep=1)
+            if model.device.type == "cuda":
+                torch.cuda.synchronize(model.device)
+            spent.append(1000 * (time.perf_counter() - started))
+            state.rollback(_CONTEXT_TOKENS)
+    return [statistics.median(spent[1:]) for spent in times]
+
+
+def _cache_file() -> Path:
+    return cache_root() / "drafter-costs.json"
+
+
+def measured_costs(target, draft) -> StepCosts:
+    """The step costs of ``target`` and ``draft`` (:class:`decoding.loading.LoadedModel`), from the cache
+    or measured now (and then cached; a cache that cannot be written is only logged)."""
+    key = cost_key(target.name, draft.name, target.model)
+    path = _cache_file()
+    try:
+        known = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        known = {}
+    if key in known:
+        entry = known[key]
+        return StepCosts(float(entry["target_ms"]), float(entry["draft_ms"]), key)
+    target_ms, draft_ms = _step_ms([target.model, draft.model])
+    costs = StepCosts(target_ms, draft_ms, key)
+    known[key] = {"target_ms": round(costs.target_ms, 3), "draft_ms": round(costs.draft_ms, 3)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(known, indent=1) + "\n")
+        temporary.replace(path)
+    except OSError as exc:
+        log.warning("could not keep the measured step costs in %s: %s", path, exc)
+    return costs
+
+
+def draft_model_pays(target, draft) -> tuple[bool, str]:
+    """Whether ``auto`` should draft with the draft model here, and why (a sentence for the log)."""
+    costs = measured_costs(target, draft)
+    pays = costs.ratio <= MAX_DRAFT_COST
+    reason = (f"a {draft.name} step costs {costs.ratio:.2f} of a {target.name} step here "
+              f"({costs.draft_ms:.1f} against {costs.target_ms:.1f} ms): auto drafts with "
+              + ("the draft model and n-grams" if pays else f"n-grams only (the draft model pays below {MAX_DRAFT_COST})"))
+    return pays, reason
