@@ -39,8 +39,8 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 from bench.corpus import DEFAULT_HELD_OUT, read_texts, stdlib_files
+from bench.lsp_client import percentile, start_server
 from lsp_server.completion_mode import decide_mode, suppresses_automatic
-
 
 #: Trace stages that are model time: the local engine's, or a remote engine's (first token, the stream).
 MODEL_STAGES = ("prefill", "draft", "verify", "first_token", "stream")
@@ -80,13 +80,6 @@ def pick_functions(count: int, seed: int) -> list[tuple[str, str, int, int]]:
             if 3 <= end - index <= 25:
                 found.append((f"{path.parent.name}/{path.name}", text, offsets[index] + indent, offsets[end] - 1))
     return rng.sample(found, min(count, len(found)))
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))], 2)
 
 
 class Typist:
@@ -162,43 +155,6 @@ class Typist:
             self.samples.append(sample)
         self.client.text_document_did_close(types.DidCloseTextDocumentParams(
             text_document=types.TextDocumentIdentifier(uri=uri)))
-
-
-async def _drain(stream: asyncio.StreamReader, path: Path) -> None:
-    with open(path, "ab") as log:
-        while chunk := await stream.read(65536):
-            log.write(chunk)
-
-
-async def start_server(args: argparse.Namespace, trace_path: Path, name: str) -> LanguageClient:
-    """The real server over stdio as client ``name``, initialized with ``args``' models, drafter and
-    token cap, its trace to ``trace_path``, the index off; returns once the models are loaded."""
-    client = LanguageClient(name, "1")
-    await client.start_io(sys.executable, "-m", "lsp_server.cli", "serve")
-    # pygls pipes the server's stderr and never reads it: drained into a file, or the server's logging
-    # blocks once the pipe's 64 KB are full (a typist's thousand requests fill it).
-    client.stderr_drain = asyncio.ensure_future(_drain(client._server.stderr, trace_path.with_name("server.log")))
-    ready = asyncio.Event()
-
-    @client.feature("speclsp/status")
-    def on_status(params) -> None:  # the server's status notifications: not measured here
-        pass
-
-    @client.feature(types.WINDOW_LOG_MESSAGE)
-    def on_log(params: types.LogMessageParams) -> None:
-        if "models ready" in params.message or "model loading failed" in params.message:
-            ready.set()
-
-    options = {"model": args.model, "draftModel": args.draft_model, "drafter": args.drafter,
-               "maxNewTokens": args.max_new_tokens, "traceFile": str(trace_path), "indexEnabled": False}
-    if getattr(args, "backend", "local") != "local":
-        options.update(backend=args.backend, endpoint=args.endpoint, remoteModel=args.remote_model,
-                       apiKeyEnv=args.api_key_env)
-    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
-                                                         initialization_options=options))
-    client.initialized(types.InitializedParams())
-    await asyncio.wait_for(ready.wait(), timeout=300)
-    return client
 
 
 async def run_bench(args: argparse.Namespace) -> dict:

@@ -39,7 +39,7 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 from bench.corpus import corpus_files
-from bench.lsp import percentile, start_server
+from bench.lsp_client import percentile, start_server
 
 PACES = {"fast": {"key_s": (0.090, 0.200), "before_enter_s": (0.7, 1.3), "after_enter_s": (0.0, 0.0)},
          "steady": {"key_s": (0.150, 0.300), "before_enter_s": (0.0, 0.0), "after_enter_s": (1.5, 3.0)}}
