@@ -126,9 +126,10 @@ class IndependentCandidatesGenerator(SpeculativeGenerator):
     """WRONG: tests each root candidate on its own (accept with probability p(candidate)), keeps the
     first accepted one, else samples from p. It over-weights the candidates listed first."""
 
-    def _verify_tree(self, root_token, tree, config, generator):
+    def _verify_tree(self, root_token, tree, run):
+        generator = run.generator
         logits = self.state.forward([root_token]).float()
-        probs = processed_probs(logits, config.sampling)[0]
+        probs = processed_probs(logits, run.config.sampling)[0]
         for token in tree.children(-1):
             if float(torch.rand((), generator=generator)) < float(probs[token]):
                 return VerifyResult(0, token), []
