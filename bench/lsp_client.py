@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -22,6 +23,24 @@ async def _drain(stream: asyncio.StreamReader, path: Path) -> None:
     with open(path, "ab") as log:
         while chunk := await stream.read(65536):
             log.write(chunk)
+
+
+def server_settings(items: list[str]) -> dict:
+    """``--setting NAME=VALUE`` items -> initialization options (VALUE as JSON when it parses, else a string).
+
+    Raises:
+        SystemExit: an item without ``=``.
+    """
+    options = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--setting takes NAME=VALUE (a server setting, e.g. promptLayout=tail), not {item!r}")
+        try:
+            options[name] = json.loads(value)
+        except json.JSONDecodeError:
+            options[name] = value
+    return options
 
 
 async def start_server(args: argparse.Namespace, trace_path: Path, name: str) -> LanguageClient:
@@ -45,6 +64,7 @@ async def start_server(args: argparse.Namespace, trace_path: Path, name: str) ->
 
     options = {"model": args.model, "draftModel": args.draft_model, "drafter": args.drafter,
                "maxNewTokens": args.max_new_tokens, "traceFile": str(trace_path), "indexEnabled": False}
+    options.update(server_settings(getattr(args, "setting", None) or []))
     if getattr(args, "backend", "local") != "local":
         options.update(backend=args.backend, endpoint=args.endpoint, remoteModel=args.remote_model,
                        apiKeyEnv=args.api_key_env)

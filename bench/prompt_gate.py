@@ -14,9 +14,13 @@ Cursor kinds, each at a code line of a file that parses; the rest of the line an
 * ``mid_line``: after a word boundary inside the line (a space or punctuation before the cursor);
 * ``mid_token``: inside an identifier, at least one character typed and one left.
 
-Variants: ``psm`` (prefix-suffix-middle as the server builds it, no token healing) and ``psm_healed``
-(the same with token healing, :mod:`decoding.healing`). Greedy, drafter ``ngram`` (its output equals
-plain decoding), no time budget. A measurement command, not a test.
+Variants: ``psm`` (prefix-suffix-middle as the server builds it, no token healing), ``psm_healed``
+(the same with token healing, :mod:`decoding.healing`), ``tail_healed`` (the typed-tail layout,
+:mod:`lsp_server.prompt_anchor`, anchored at the cursor line's start: the line typed so far follows
+``<|fim_middle|>``) and ``tail2_healed`` (anchored two lines above: those lines were typed since the
+anchor too). ``--variants BASE,CANDIDATE[,...]`` compares each candidate with the base on the same cuts.
+Greedy, drafter ``ngram`` (its output equals plain decoding), no time budget. A measurement command,
+not a test.
 """
 
 from __future__ import annotations
@@ -35,13 +39,18 @@ from bench.corpus import corpus_files
 from bench.cuts import first_line, parses
 from lsp_server.cli import cut_hole
 from lsp_server.completer import complete
+from lsp_server.draft_sources import DraftSources
+from lsp_server.prompt_anchor import AnchorBook
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.positions import codec_for
 
 KINDS = ("line_start", "mid_line", "mid_token")
-VARIANTS = {"psm": {"token_healing": False}, "psm_healed": {"token_healing": True}}
+#: variant -> (settings, lines above the cursor's line where the typed-tail anchor is placed)
+VARIANTS = {"psm": ({"token_healing": False}, 0), "psm_healed": ({"token_healing": True}, 0),
+            "tail_healed": ({"token_healing": True, "prompt_layout": "tail"}, 0),
+            "tail2_healed": ({"token_healing": True, "prompt_layout": "tail"}, 2)}
 GATE = -0.02  # the largest loss the interval's lower end may show
 
 
@@ -122,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     from decoding.engine import Engine  # loads torch: not at parser setup
     from lsp_server.backends.local import as_backend
 
-    base, candidate = args.variants.split(",")
+    base, *candidates = args.variants.split(",")
     codec = codec_for(types.PositionEncodingKind.Utf32)
     settings = Settings(model=args.model, draft_model="none", dtype=args.dtype, drafter="ngram",
                         max_new_tokens=args.max_new_tokens, time_budget_ms=0)
@@ -130,25 +139,37 @@ def run(args: argparse.Namespace) -> int:
     backend = as_backend(engine)
     rows = []
     kinds = tuple(args.kinds.split(","))
-    if set(kinds) - set(KINDS) or set(args.variants.split(",")) - set(VARIANTS):
+    if set(kinds) - set(KINDS) or set(args.variants.split(",")) - set(VARIANTS) or not candidates:
         raise SystemExit(f"--kinds takes {', '.join(KINDS)}; --variants takes {', '.join(VARIANTS)}")
     for index, (kind, document, position) in enumerate(gate_cuts(args.cuts, args.seed, args.corpus, kinds)):
         holed, removed = cut_hole(document, position, codec, args.cut_lines)
         row = {"kind": kind, "file": document.uri.rsplit("/", 2)[-1], "line": position.line + 1,
                "column": position.character}
-        for variant in (base, candidate):
-            request = resolve_request(holed, position, codec, replace(settings, **VARIANTS[variant]))
-            inserted = complete(backend, request).insert_text
+        for variant in (base, *candidates):
+            overrides, lines_back = VARIANTS[variant]
+            request = resolve_request(holed, position, codec, replace(settings, **overrides))
+            sources = DraftSources()
+            if lines_back:
+                sources.anchors = AnchorBook(max_lines=lines_back)
+                line_start = request.offset - len(request.line_prefix)
+                anchor = line_start
+                for _ in range(lines_back):
+                    if anchor == 0:
+                        break
+                    anchor = holed.text.rfind("\n", 0, anchor - 1) + 1
+                sources.anchors.place(holed.uri, holed.text, anchor, request.offset)
+            inserted = complete(backend, request, sources=sources).insert_text
             row[variant] = {
                 "first_line_exact": bool(inserted.strip()) and first_line(inserted) == first_line(removed),
                 "parses": bool(inserted.strip()) and parses(holed.text[:request.offset] + inserted
                                                              + holed.text[request.offset:]),
                 "text": inserted if args.show_text else None}
         rows.append(row)
-        print(f"cut {index + 1}/{args.cuts} {kind}: {base} {row[base]['first_line_exact']:d} "
-              f"{candidate} {row[candidate]['first_line_exact']:d}", file=sys.stderr)
+        print(f"cut {index + 1}/{args.cuts} {kind}: " + " ".join(
+            f"{v} {row[v]['first_line_exact']:d}" for v in (base, *candidates)), file=sys.stderr)
     result = {"settings": {k: v for k, v in vars(args).items() if k != "run"}, "target": engine.target.name,
-              "dtype": str(engine.target.model.dtype), "summary": summarize(rows, base, candidate)}
+              "dtype": str(engine.target.model.dtype),
+              "summary": {candidate: summarize(rows, base, candidate) for candidate in candidates}}
     if args.rows:
         result["rows"] = rows
     print(json.dumps(result, indent=2))
@@ -165,7 +186,7 @@ def add_parser(kinds) -> None:
     gate.add_argument("--cuts", type=int, default=120, help="cuts in all, the cursor kinds in turn")
     gate.add_argument("--cut-lines", type=int, default=3)
     gate.add_argument("--max-new-tokens", type=int, default=48)
-    gate.add_argument("--variants", default="psm,psm_healed", help=f"BASE,CANDIDATE of {', '.join(VARIANTS)}")
+    gate.add_argument("--variants", default="psm,psm_healed", help=f"BASE,CANDIDATE[,...] of {', '.join(VARIANTS)}")
     gate.add_argument("--kinds", default=",".join(KINDS), help=f"cursor kinds, in turn: {', '.join(KINDS)}")
     gate.add_argument("--seed", type=int, default=0)
     gate.add_argument("--rows", action="store_true", help="print every cut's scores too")

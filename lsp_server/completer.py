@@ -87,8 +87,11 @@ def complete(
     related, snippets = related_files(document, request.offset, other_documents, repo, snippet_chars)
     repo_names = (repo.repo_name() if repo is not None else "workspace", label(repo, document.uri))
     constrained = backend.constrains_output
+    # The typed tail needs healing (its last token is usually part of a word): local engines only.
+    tail = settings.prompt_layout == "tail" and settings.token_healing and constrained and capabilities.fim is not None
     prompt = build_prompt(request, backend.tokenizer, snippets, repo_names, sources.encoder(backend), capabilities,
-                          heal=settings.token_healing and constrained)
+                          heal=settings.token_healing and constrained,
+                          anchor=sources.anchors.anchor_for(request) if tail else None)
     window = syntax_window(prompt.prefix, prompt.suffix)  # once: for the mode and for trimming
     mode = decide_mode(prompt.prefix, prompt.line_suffix, document.language_id, head=window[0])
     sources.sync(backend, request, prompt, other_documents, related)
@@ -97,6 +100,8 @@ def complete(
                      deadline=request.received + settings.time_budget_ms / 1000
                      if settings.time_budget_ms and constrained else None)
     generation = backend.generate(prompt, config, settings.drafter, request.cancelled.is_set, cache_key=document.uri)
+    if backend.keeps_sources:
+        sources.remember_output(document.uri, prompt.prompt_ids, generation.token_ids)
     t2 = time.perf_counter()
     insert_text = postprocess(generation.text, prompt, mode, document.language_id, generation.finish_reason, window)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}

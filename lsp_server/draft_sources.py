@@ -1,5 +1,5 @@
-"""Draft sources: which texts the engine's n-gram store may draft from, and the prompt tokens kept
-between requests (the server's memory, as lsp-ai calls its equivalent backend).
+"""Draft sources: which texts the engine's n-gram store may draft from, and the prompt tokens and
+anchors kept between requests (the server's memory, as lsp-ai calls its equivalent backend).
 
 For one request the n-gram store holds:
 
@@ -7,6 +7,11 @@ For one request the n-gram store holds:
 * the repository files most similar to the cursor's surroundings; they stay in the store after
   they leave that choice, within the store's token budget, because the file watcher reports their
   changes (:meth:`DraftSources.file_changed`);
+* the document's last generation (``#output``: the prompt's last tokens and what the model wrote after
+  them, a finished or a cancelled generation alike). A key that follows what the model wrote brings a
+  request whose prompt ends where the previous one did: the drafter proposes the rest of the previous
+  output and one verify pass accepts what still stands, instead of writing it again token by token
+  (nothing the model computed is thrown away, and the output is still exactly the target's);
 * when the prompt holds only part of the document, the parts above and below its window. They do not
   change while the user types inside the window (its start moves in steps), so the store keeps them
   from keystroke to keystroke; they are searched, not indexed (indexing a large file takes hundreds
@@ -29,6 +34,7 @@ from collections.abc import Callable
 
 from lsp_server.backends.base import GenerationBackend
 from lsp_server.prompt import Prompt
+from lsp_server.prompt_anchor import AnchorBook
 from lsp_server.workspace.documents import Document
 from lsp_server.prompt_tokens import PromptEncoder, SourceKey
 from lsp_server.related_files import MAX_SOURCE_CHARS, Candidate
@@ -36,6 +42,7 @@ from lsp_server.workspace.names import file_name
 from lsp_server.request import CompletionRequest
 
 COLD_PART_CHARS = 8_000  # a document part longer than this is first tokenised after the answer (deferring)
+OUTPUT_CONTEXT_TOKENS = 32  # prompt tokens kept before a generation's output in its #output source
 _PARTS = ("above", "below")  # the document outside the prompt window
 
 
@@ -54,6 +61,9 @@ class DraftSources:
         self.names = names or file_name
         self._encoder: PromptEncoder | None = None
         self._pending: list[tuple[SourceKey, str, tuple[SourceKey, int]]] = []  # (key, text, origin)
+        self.anchors = AnchorBook()  # the typed-tail prompts' anchors (lsp_server.prompt_anchor)
+        self._outputs: dict[str, tuple[int, list[int]]] = {}  # uri -> (serial, prompt tail + generated ids)
+        self._serial = 0
 
     def key(self, uri: str, part: str = "document") -> SourceKey:
         """The source key of ``uri`` (or one of its parts), labelled with its short name."""
@@ -76,13 +86,15 @@ class DraftSources:
         """Forget a closed document: its tokens, its n-gram sources (it never proposes its old text
         again) and its KV caches."""
         self.encoder(backend).forget(uri)
+        self.anchors.forget(uri)
+        self._outputs.pop(uri, None)
         self._pending = [item for item in self._pending if item[0].uri != uri]
         self.forget_in(backend, uri)
 
     def forget_in(self, backend: GenerationBackend, uri: str) -> None:
         """Drop ``uri``'s n-gram sources and KV caches in ``backend`` (a closed document; for a second
         backend beside the one whose tokens this object keeps)."""
-        for part in ("document", *_PARTS):
+        for part in ("document", "output", *_PARTS):
             backend.forget_source(SourceKey(uri, part))
         backend.forget_cache(uri)
 
@@ -114,8 +126,19 @@ class DraftSources:
                 sources[key] = (candidate.version, candidate.text)
                 if key not in open_keys:
                     repo_files.add(key)
+        output = self._outputs.get(document.uri)
+        if output is not None:
+            serial, ids = output
+            sources[self.key(document.uri, "output")] = (serial, lambda: ids)
         parts = self._document_parts(backend, request, prompt, sources)
         backend.sync_sources(sources, retain=repo_files, drop=open_keys, searched=parts)
+
+    def remember_output(self, uri: str, prompt_ids: list[int], generated_ids: list[int]) -> None:
+        """Keep a generation of ``uri`` (its prompt's ids and the ids it wrote, also when it was cancelled)
+        as the document's ``#output`` draft source for its next requests; nothing when it wrote nothing."""
+        if generated_ids:
+            self._serial += 1
+            self._outputs[uri] = (self._serial, [*prompt_ids[-OUTPUT_CONTEXT_TOKENS:], *generated_ids])
 
     def _document_parts(self, backend: GenerationBackend, request: CompletionRequest, prompt: Prompt,
                         sources: dict) -> set[SourceKey]:

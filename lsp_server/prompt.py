@@ -15,6 +15,11 @@ FIM part. Snippets fill at most ``extra_tokens`` tokens, best first.
 The prefix keeps its last ``prefix_tokens`` tokens and the suffix its first ``suffix_tokens``,
 each cut at a line boundary when one falls inside the kept part. The model always sees ``\\n`` line
 breaks (docs/cases.md L3); the caller converts the answer back to the document's own line ending.
+
+With an ``anchor`` (a line start at or before the cursor, :mod:`lsp_server.prompt_anchor`) the layout is
+the typed tail's: the prefix ends at the anchor, and the text between the anchor and the cursor follows
+``<|fim_middle|>`` as the start of the middle (its last token healed), so prefix and suffix tokens stay
+the same while the user types.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from decoding.capabilities import ModelCapabilities, read_capabilities
-from lsp_server.workspace.positions import line_ending
+from lsp_server.workspace.positions import line_ending, to_model_text
 from lsp_server.prompt_tokens import PromptEncoder, SourceKey
 from lsp_server.request import CompletionRequest
 
@@ -141,6 +146,7 @@ def _heal(tokenizer, prefix: str, prefix_ids: list[int]) -> tuple[list[int], str
 def build_prompt(
     request: CompletionRequest, tokenizer, snippets=(), repo: tuple[str, str] | None = None,
     encoder: PromptEncoder | None = None, capabilities: ModelCapabilities | None = None, heal: bool = False,
+    anchor: int | None = None,
 ) -> Prompt:
     """The FIM prompt for a request's cursor, within the token budgets of the request's settings
     (``prefix_tokens``, ``suffix_tokens``, ``extra_tokens``).
@@ -157,28 +163,39 @@ def build_prompt(
             from ``tokenizer``.
         heal: token healing (:mod:`decoding.healing`): the prefix's last token is left out of the prompt
             and named in ``Prompt.healed``, for the generation to start with.
+        anchor: the typed-tail layout's anchor (code points into the document text, a line start at or
+            before the cursor); ``None`` (or a model without FIM): PSM. With ``heal`` the tail's last token
+            is healed (an empty tail heals nothing: a line start is a token boundary).
     """
     document, offset, budget = request.document, request.offset, request.settings
+    capabilities = capabilities if capabilities is not None else read_capabilities(tokenizer)
+    tail = ""
+    if anchor is not None and capabilities.fim is not None and anchor != offset:
+        tail = to_model_text(document.text[anchor:offset])
     # Only the parts within reach of the budgets, not the whole document (a copy per request).
     window = document.model_window(offset, budget.prefix_tokens * _MAX_CHARS_PER_TOKEN,
                                    budget.suffix_tokens * _MAX_CHARS_PER_TOKEN)
+    before = window if not tail else document.model_window(anchor, budget.prefix_tokens * _MAX_CHARS_PER_TOKEN, 0)
     encoder = encoder if encoder is not None and encoder.tokenizer is tokenizer else PromptEncoder(tokenizer)
     # The document's own tokens, when the encoder was given them at its opening: the prefix is found
     # from the document's start, the suffix from its end (the user has typed since, at the cursor).
     whole = SourceKey(document.uri)
     prefix, prefix_ids = _keep_tail(lambda text, at: encoder.encode(SourceKey(document.uri, "prefix"), text, (whole, at)),
-                                    window.prefix, budget.prefix_tokens, window.prefix_length - len(window.prefix))
-    healed = ""
-    if heal:
+                                    before.prefix, budget.prefix_tokens, before.prefix_length - len(before.prefix))
+    healed, tail_ids = "", []
+    if tail:
+        tail_ids = tokenizer.encode(tail, add_special_tokens=False)
+        if heal:
+            tail_ids, healed = _heal(tokenizer, tail, tail_ids)
+    elif heal and anchor is None:
         prefix_ids, healed = _heal(tokenizer, prefix, prefix_ids)
-    capabilities = capabilities if capabilities is not None else read_capabilities(tokenizer)
     fim = capabilities.fim
     labels: tuple[tuple[str, str], ...] = ()
     if fim is not None:
         suffix, suffix_ids = _keep_head(
             lambda text, at: encoder.encode(SourceKey(document.uri, "suffix"), text, (whole, at - window.suffix_length)),
             window.suffix, budget.suffix_tokens)
-        prompt_ids = [fim.prefix, *prefix_ids, fim.suffix, *suffix_ids, fim.middle]
+        prompt_ids = [fim.prefix, *prefix_ids, fim.suffix, *suffix_ids, fim.middle, *tail_ids]
         if repo is not None and capabilities.repo_prompt:
             header, labels = _repo_header(tokenizer, capabilities.repo_tokens, repo, snippets, budget.extra_tokens)
             prompt_ids = header + prompt_ids
@@ -186,13 +203,13 @@ def build_prompt(
         suffix, prompt_ids = "", prefix_ids or [tokenizer.eos_token_id or 0]
     return Prompt(
         prompt_ids=prompt_ids,
-        prefix=prefix,
+        prefix=prefix + tail,
         suffix=suffix,
         cursor_offset=offset,
         line_suffix=request.line_suffix,
         eol=line_ending(document.text),
         fim=fim is not None,
-        truncated=len(prefix) < window.prefix_length or len(suffix) < window.suffix_length,
+        truncated=len(prefix) + len(tail) < window.prefix_length or len(suffix) < window.suffix_length,
         snippets=tuple(label for label, _ in labels),
         extra=labels,
         healed=healed,

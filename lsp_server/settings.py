@@ -92,6 +92,10 @@ class Settings:
         True, "Token healing: the prompt backs off its last token before the cursor and the completion must "
         "start with that text (a cursor inside a word or after indentation meets the tokens the model knows). "
         "Local engine only; exactness is unaffected.")
+    prompt_layout: str = _setting(
+        "psm", "Completion prompt layout: psm (prefix, suffix, middle) or tail (the text typed since the line's "
+        "start follows the middle marker, so the suffix's cache survives typing; needs token healing and the "
+        "local engine).", enum=["psm", "tail"])
     time_budget_ms: int = _setting(
         1200, "An answer in time: after this many milliseconds from the request the completion ends at its next "
         "line end and answers the whole lines it has (0 = off). Local engine only.", minimum=0, maximum=600000)

@@ -1,0 +1,86 @@
+"""Prompt anchors: where a document's typed-tail prompt is cut, kept from keystroke to keystroke.
+
+The typed-tail layout (``promptLayout: "tail"``; EFIM, Wang et al. 2025, arXiv 2505.21889) is
+``[header] <|fim_prefix|>`` text before the anchor ``<|fim_suffix|>`` text after the cursor
+``<|fim_middle|>`` text typed since the anchor. While the user types at the cursor, the text before the
+anchor and the text after the cursor stay what they were, so the KV cache up to ``<|fim_middle|>`` is
+reused and only the typed tail is prefilled; in PSM every key changes the prefix's end and the whole
+suffix after it is prefilled again.
+
+An anchor is a line start, before the line's indentation: a prompt that ends inside indentation meets a
+token boundary the model never saw in training, while a line start is one for Qwen2.5-Coder's
+pre-tokeniser (the line break ends its pre-token). An anchor is kept while the cursor is at or after
+it, the text before it and the text after the cursor are the ones it was set with, and the tail holds at
+most ``max_lines`` line breaks and ``MAX_TAIL_CHARS`` characters; otherwise a new one is set at the
+start of the cursor's line (the cursor left the typed run, text before it was deleted, the text after the
+cursor changed, or the tail grew long).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from lsp_server.request import CompletionRequest
+
+MAX_TAIL_CHARS = 600  # a longer typed tail is moved into the prefix (a new anchor)
+MAX_TAIL_LINES = 0  # line breaks a typed tail may hold (0: a new anchor on every line)
+MAX_ANCHORS = 16  # documents whose anchors are kept
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """One document's anchor: an offset (code points into the document text, a line start) and the
+    document text before it and after the cursor when it was set or last confirmed."""
+
+    offset: int
+    before: str  # document text [0, offset)
+    after: str  # document text after the cursor
+
+    def holds(self, text: str, cursor: int, max_lines: int) -> bool:
+        """Whether this anchor still serves a cursor at ``cursor`` in ``text`` (see the module docstring)."""
+        if cursor < self.offset or cursor - self.offset > MAX_TAIL_CHARS:
+            return False
+        if len(text) - len(self.after) != cursor or not text.startswith(self.before) or not text.endswith(self.after):
+            return False
+        return text.count("\n", self.offset, cursor) <= max_lines
+
+
+class AnchorBook:
+    """The anchors of the open documents (most recently used ``MAX_ANCHORS``). Model thread only.
+
+    Args:
+        max_lines: the most line breaks a typed tail may hold before the anchor moves (0: a new anchor
+            on every line).
+    """
+
+    def __init__(self, max_lines: int = MAX_TAIL_LINES):
+        self.max_lines = max_lines
+        self._anchors: OrderedDict[str, Anchor] = OrderedDict()
+
+    def anchor_for(self, request: CompletionRequest) -> int:
+        """The anchor offset for ``request``'s cursor: the kept one when it holds, else the start of the
+        cursor's line (kept for the next request)."""
+        text, cursor, uri = request.document.text, request.offset, request.uri
+        anchor = self._anchors.get(uri)
+        if anchor is None or not anchor.holds(text, cursor, self.max_lines):
+            anchor = self.place(uri, text, cursor - len(request.line_prefix), cursor)
+        self._anchors.move_to_end(uri)
+        return anchor.offset
+
+    def place(self, uri: str, text: str, offset: int, cursor: int) -> Anchor:
+        """Set ``uri``'s anchor at ``offset`` (a line start at or before ``cursor``).
+
+        Raises:
+            ValueError: ``offset`` is after ``cursor``, outside ``text``, or not a line start.
+        """
+        if not 0 <= offset <= cursor <= len(text) or (offset and text[offset - 1] not in "\r\n"):
+            raise ValueError(f"an anchor is a line start at or before the cursor: {offset}, cursor {cursor}")
+        anchor = self._anchors[uri] = Anchor(offset, text[:offset], text[cursor:])
+        self._anchors.move_to_end(uri)
+        while len(self._anchors) > MAX_ANCHORS:
+            self._anchors.popitem(last=False)
+        return anchor
+
+    def forget(self, uri: str) -> None:
+        self._anchors.pop(uri, None)

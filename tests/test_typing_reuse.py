@@ -1,0 +1,84 @@
+"""Nothing thrown away while the user types (lsp_server/draft_sources.py ``#output``): a key that follows
+what the model wrote is answered by verifying the previous output, finished or cancelled, in one pass,
+and the answer is still exactly a fresh completion's. The typed-tail layout, starter pair, float32."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from lsprotocol import types
+
+from decoding.engine import Engine, EngineConfig
+from lsp_server.backends.local import as_backend
+from lsp_server.completer import complete
+from lsp_server.draft_sources import DraftSources
+from lsp_server.request import resolve_request
+from lsp_server.settings import Settings
+from lsp_server.workspace.documents import Document
+from lsp_server.workspace.positions import codec_for
+
+pytestmark = pytest.mark.model
+
+UTF32 = codec_for(types.PositionEncodingKind.Utf32)
+HEAD = ("import os\n\n\ndef read_config(path):\n    with open(path) as handle:\n        return handle.read()\n\n\n"
+        "def read_")
+SETTINGS = Settings(prompt_layout="tail", drafter="ngram", time_budget_ms=0, max_new_tokens=24)
+
+
+@pytest.fixture
+def backend():
+    # A fresh engine per test: the draft-length policy learns verify costs from wall-clock time, and on
+    # this tiny model a few noisy passes can make it stop drafting for the rest of a module.
+    return as_backend(Engine.load(EngineConfig(model="starter", draft_model="none", device="cpu", dtype="float32")))
+
+
+def ask(backend, text: str, sources: DraftSources, version: int, cancelled=None):
+    document = Document("file:///cfg.py", text, version, "python")
+    line = text.count("\n")
+    position = types.Position(line=line, character=len(text) - text.rfind("\n") - 1)
+    fields = {"cancelled": cancelled} if cancelled is not None else {}
+    return complete(backend, resolve_request(document, position, UTF32, SETTINGS, **fields), sources=sources)
+
+
+def output_stats(completion):
+    return {str(name): stats for name, stats in completion.generation.stats.sources.items() if "#output" in str(name)}
+
+
+def test_a_key_that_follows_the_output_is_answered_from_it_exactly(backend):
+    sources = DraftSources()
+    first = ask(backend, HEAD, sources, 1)
+    written = first.generation.text
+    assert len(written) >= 3, f"the starter model wrote too little to type through: {written!r}"
+    typed = HEAD + written[:2]
+    again = ask(backend, typed, sources, 2)
+    fresh = ask(backend, typed, DraftSources(), 2)
+    assert again.insert_text == fresh.insert_text  # exact: only verified drafts are kept
+    stats = output_stats(again)
+    assert stats and sum(s.accepted for s in stats.values()) > 0, again.generation.stats.sources
+    assert again.generation.stats.target_passes < fresh.generation.stats.target_passes
+
+
+class StopAfter:
+    """A cancellation flag that reads as set from its ``calls``-th poll on (a key arriving mid-generation)."""
+
+    def __init__(self, calls: int):
+        self.calls, self._event = calls, threading.Event()
+
+    def is_set(self) -> bool:
+        self.calls -= 1
+        return self.calls < 0
+
+    def set(self) -> None:
+        self._event.set()
+
+
+def test_a_cancelled_generation_feeds_the_next_request(backend):
+    sources = DraftSources()
+    whole = ask(backend, HEAD, DraftSources(), 1)
+    cut = ask(backend, HEAD, sources, 1, cancelled=StopAfter(4))
+    assert cut.generation.finish_reason == "cancelled" and cut.generation.token_ids
+    assert whole.generation.token_ids[:len(cut.generation.token_ids)] == cut.generation.token_ids
+    again = ask(backend, HEAD, sources, 2)
+    assert again.insert_text == whole.insert_text
+    assert sum(s.accepted for s in output_stats(again).values()) > 0, again.generation.stats.sources
