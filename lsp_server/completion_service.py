@@ -7,6 +7,7 @@ through :meth:`CompletionService.complete`, after the pipeline's resolution and 
 * an inline request on a document whose last next-edit suggestion changes only its cursor's line at or
   after the cursor gets that suggestion as the item (a range from the cursor), without a model call;
 * typing the start of the completion just answered gets the rest of it at once (type-through cache);
+* a completion started at the key for this very cursor (:mod:`lsp_server.ahead`) answers it;
 * otherwise the model session completes (:meth:`lsp_server.session.ModelSession.complete`) and the
   answer is remembered for the type-through cache. Every request ends in one trace line with its id,
   per-stage milliseconds and acceptance counts.
@@ -19,12 +20,15 @@ from collections.abc import Callable
 from lsprotocol import types
 
 from decoding.types import FinishReason
+from lsp_server.ahead import AheadCompletions
 from lsp_server.completion_mode import suppresses_automatic
 from lsp_server.next_edit_service import NextEditService
 from lsp_server.pipeline import Answer, RequestPipeline
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.session import ModelSession
+from lsp_server.request import CompletionRequest
 from lsp_server.type_through import TypeThroughCache
+from lsp_server.workspace.documents import Document
 
 INLINE = "inlineCompletion"  # the method name of inline completion requests in logs and in-flight keys
 
@@ -43,7 +47,21 @@ class CompletionService:
         self.next_edits = next_edits
         self.repo_ref = repo_ref or (lambda: None)
         self.type_through = TypeThroughCache()
+        self.ahead = AheadCompletions(pipeline, self._answered_without_model)
         pipeline.on_closed.append(self.forget)
+
+    def _answered_without_model(self, request: CompletionRequest) -> bool:
+        if self.next_edits is not None and self.next_edits.inline_replacement(request) is not None:
+            return True
+        return self.type_through.lookup(request.uri, request.document.text, request.offset) is not None
+
+    def changed(self, document: Document, cursor: int | None) -> None:
+        """A document changed, leaving the cursor at ``cursor`` (``None``: unknown): start its completion
+        ahead of the editor's request (:mod:`lsp_server.ahead`)."""
+        self.ahead.forget(document.uri)
+        if cursor is not None:
+            others = [d for d in self.pipeline.store.all() if d.uri != document.uri]
+            self.ahead.start(document, cursor, others, self.repo_ref())
 
     async def complete(self, method: str, uri: str, position: types.Position, automatic: bool = False) -> Answer | None:
         """Complete at ``position``; ``None`` when there is nothing to offer.
@@ -56,6 +74,8 @@ class CompletionService:
         """
         pipeline = self.pipeline
         request, span = pipeline.begin(method, uri, position, automatic)
+        if method == INLINE and automatic:
+            self.ahead.asked(uri)
         if pipeline.refused(request, span, "completions"):
             return None
         if automatic and suppresses_automatic(request.line_prefix, request.line_suffix):
@@ -73,8 +93,13 @@ class CompletionService:
             return pipeline.answer(request, rest, request.offset)
         if not pipeline.ready(span):
             return None
-        others = [d for d in pipeline.store.all() if d.uri != uri]
-        ran = await pipeline.run(request, span, ModelSession.complete, others, self.repo_ref())
+        started = self.ahead.take(request)
+        if started is not None:
+            request, job = started
+            ran = await pipeline.run(request, span, ModelSession.complete, job=job)
+        else:
+            others = [d for d in pipeline.store.all() if d.uri != uri]
+            ran = await pipeline.run(request, span, ModelSession.complete, others, self.repo_ref())
         if ran is None:
             return None
         completion = ran.result
@@ -92,5 +117,6 @@ class CompletionService:
                                completion=completion)
 
     def forget(self, uri: str) -> None:
-        """A document closed: forget its type-through answer."""
+        """A document closed: forget its type-through answer and what was started for it."""
         self.type_through.forget(uri)
+        self.ahead.forget(uri)

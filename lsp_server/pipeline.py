@@ -42,7 +42,7 @@ from lsp_server.request_span import RequestSpan, after_answer
 from lsp_server.session import ModelSession
 from lsp_server.settings import Settings
 from lsp_server.tracing import RpcClock, Tracer
-from lsp_server.worker import READY, ModelWorker
+from lsp_server.worker import READY, Job, ModelWorker
 from lsp_server.workspace.names import file_name
 
 
@@ -142,11 +142,12 @@ class RequestPipeline:
 
     # The model thread
     async def run(self, request: CompletionRequest, span: RequestSpan,
-                  operation: Callable[..., Any], *args: Any) -> Ran | None:
+                  operation: Callable[..., Any], *args: Any, job: Job | None = None) -> Ran | None:
         """Run the session ``operation(request, *args)`` on the model thread, cancelling the request in
         flight for the same document and method; ``None`` when the engine failed (already logged and
         shown, see the module docstring). A ``None`` result (superseded while queued) says nothing of
-        the engine.
+        the engine. ``job``: the operation already running for this request (started at the key,
+        :mod:`lsp_server.ahead`): awaited instead of a new one.
 
         Raises:
             asyncio.CancelledError: the client cancelled the request (it is stopped and logged).
@@ -155,9 +156,9 @@ class RequestPipeline:
         key = (request.uri, request.method)
         self.cancel_document(*key)
         self._inflight[key] = request
-        job = None
         try:
-            job = self.worker.run(operation, request, *args)
+            if job is None:
+                job = self.worker.run(operation, request, *args)
             result = await asyncio.wrap_future(job)
         except asyncio.CancelledError:
             request.cancelled.set()
@@ -172,6 +173,19 @@ class RequestPipeline:
         if result is not None:  # the engine answered (None: it was never asked)
             self._backend_answered()
         return Ran(result, job.queue_ms)
+
+    def track(self, request: CompletionRequest) -> None:
+        """Put a request started outside :meth:`run` (:mod:`lsp_server.ahead`) in flight: the next
+        change or request of its document and method cancels it."""
+        key = (request.uri, request.method)
+        self.cancel_document(*key)
+        self._inflight[key] = request
+
+    def untrack(self, request: CompletionRequest) -> None:
+        """Take ``request`` out of flight (without cancelling it)."""
+        key = (request.uri, request.method)
+        if self._inflight.get(key) is request:
+            del self._inflight[key]
 
     def cancel_document(self, uri: str, method: str | None = None) -> None:
         """Stop the generations in flight for ``uri`` (one method, or all) at their next verify round."""

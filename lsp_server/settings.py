@@ -96,6 +96,9 @@ class Settings:
         "psm", "Completion prompt layout: psm (prefix, suffix, middle) or tail (the text typed since the line's "
         "start follows the middle marker, so the suffix's cache survives typing; needs token healing and the "
         "local engine).", enum=["psm", "tail"])
+    complete_ahead: bool = _setting(
+        True, "Start the inline completion at the keystroke, for the cursor the change leaves, when the editor "
+        "asks for them while typing; the request that follows takes it. Exactness is unaffected.")
     time_budget_ms: int = _setting(
         1200, "An answer in time: after this many milliseconds from the request the completion ends at its next "
         "line end and answers the whole lines it has (0 = off). Local engine only.", minimum=0, maximum=600000)

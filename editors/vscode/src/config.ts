@@ -20,6 +20,8 @@ export const SERVER_SETTINGS = [
   "maxDraftTokens",
   "draftMinConfidence",
   "tokenHealing",
+  "promptLayout",
+  "completeAhead",
   "timeBudgetMs",
   "prefixTokens",
   "suffixTokens",
