@@ -26,6 +26,7 @@ from lsp_server.draft_sources import DraftSources
 from lsp_server.workspace.positions import line_ending, to_document_text
 from lsp_server.postprocess import TrimContext, trim
 from lsp_server.prompt import Prompt, build_prompt
+from lsp_server.prompt_anchor import KeptTail
 from lsp_server.syntax import syntax_window
 from lsp_server.related_files import context_documents, label, related_files
 from lsp_server.workspace.repo_index import RepoIndex
@@ -89,9 +90,10 @@ def complete(
     constrained = backend.constrains_output
     # The typed tail needs healing (its last token is usually part of a word): local engines only.
     tail = settings.prompt_layout == "tail" and settings.token_healing and constrained and capabilities.fim is not None
+    anchor = sources.anchors.anchor_for(request) if tail else None
     prompt = build_prompt(request, backend.tokenizer, snippets, repo_names, sources.encoder(backend), capabilities,
-                          heal=settings.token_healing and constrained,
-                          anchor=sources.anchors.anchor_for(request) if tail else None)
+                          heal=settings.token_healing and constrained, anchor=anchor,
+                          kept_tail=sources.anchors.kept_tail(document.uri) if tail else None)
     window = syntax_window(prompt.prefix, prompt.suffix)  # once: for the mode and for trimming
     mode = decide_mode(prompt.prefix, prompt.line_suffix, document.language_id, head=window[0])
     sources.sync(backend, request, prompt, other_documents, related)
@@ -102,6 +104,9 @@ def complete(
     generation = backend.generate(prompt, config, settings.drafter, request.cancelled.is_set, cache_key=document.uri)
     if backend.keeps_sources:
         sources.remember_output(document.uri, prompt.prompt_ids, generation.token_ids)
+    if anchor is not None and generation.token_ids:
+        written = backend.tokenizer.decode(generation.token_ids, skip_special_tokens=True)
+        sources.anchors.keep(document.uri, KeptTail(prompt.tail_ids, prompt.tail_text, written))
     t2 = time.perf_counter()
     insert_text = postprocess(generation.text, prompt, mode, document.language_id, generation.finish_reason, window)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}

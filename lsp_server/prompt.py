@@ -56,6 +56,8 @@ class Prompt:
     snippets: tuple[str, ...] = ()  # labels of the other files' snippets in the prompt
     extra: tuple[tuple[str, str], ...] = ()  # (label, text) of those snippets (for an engine that renders them)
     healed: str = ""  # token healing: the prefix's last token, left out of prompt_ids; the output must start with it
+    tail_ids: tuple[int, ...] = ()  # the typed-tail layout: the ids after <|fim_middle|>
+    tail_text: str = ""  # their text
 
 
 def _keep_tail(encode: Encode, text: str, budget: int, skipped: int = 0) -> tuple[str, list[int]]:
@@ -146,7 +148,7 @@ def _heal(tokenizer, prefix: str, prefix_ids: list[int]) -> tuple[list[int], str
 def build_prompt(
     request: CompletionRequest, tokenizer, snippets=(), repo: tuple[str, str] | None = None,
     encoder: PromptEncoder | None = None, capabilities: ModelCapabilities | None = None, heal: bool = False,
-    anchor: int | None = None,
+    anchor: int | None = None, kept_tail=None,
 ) -> Prompt:
     """The FIM prompt for a request's cursor, within the token budgets of the request's settings
     (``prefix_tokens``, ``suffix_tokens``, ``extra_tokens``).
@@ -166,6 +168,9 @@ def build_prompt(
         anchor: the typed-tail layout's anchor (code points into the document text, a line start at or
             before the cursor); ``None`` (or a model without FIM): PSM. With ``heal`` the tail's last token
             is healed (an empty tail heals nothing: a line start is a token boundary).
+        kept_tail: the last prompt's tail at this anchor (:class:`lsp_server.prompt_anchor.KeptTail`); with
+            ``heal``, when the typed tail extends it along what the model wrote, its ids are kept and the
+            rest of the typed text is healed.
     """
     document, offset, budget = request.document, request.offset, request.settings
     capabilities = capabilities if capabilities is not None else read_capabilities(tokenizer)
@@ -183,7 +188,9 @@ def build_prompt(
     prefix, prefix_ids = _keep_tail(lambda text, at: encoder.encode(SourceKey(document.uri, "prefix"), text, (whole, at)),
                                     before.prefix, budget.prefix_tokens, before.prefix_length - len(before.prefix))
     healed, tail_ids = "", []
-    if tail:
+    if tail and heal and kept_tail is not None and kept_tail.serves(tail):
+        tail_ids, healed = list(kept_tail.ids), tail[len(kept_tail.text):]
+    elif tail:
         tail_ids = tokenizer.encode(tail, add_special_tokens=False)
         if heal:
             tail_ids, healed = _heal(tokenizer, tail, tail_ids)
@@ -213,4 +220,6 @@ def build_prompt(
         snippets=tuple(label for label, _ in labels),
         extra=labels,
         healed=healed,
+        tail_ids=tuple(tail_ids),
+        tail_text=tail[: len(tail) - len(healed)] if tail else "",
     )

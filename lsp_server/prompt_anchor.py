@@ -14,6 +14,11 @@ it, the text before it and the text after the cursor are the ones it was set wit
 most ``max_lines`` line breaks and ``MAX_TAIL_CHARS`` characters; otherwise a new one is set at the
 start of the cursor's line (the cursor left the typed run, text before it was deleted, the text after the
 cursor changed, or the tail grew long).
+
+While the user types along what the model wrote (or accepts it), the tail keeps the token ids of the last
+prompt (:class:`KeptTail`) and the typed rest becomes the healed text the output must start with,
+instead of being tokenised again: the prompt is then the last one, its KV cache and the last output are
+reused whole, and the model's own tokens of its text are what it continues from.
 """
 
 from __future__ import annotations
@@ -46,6 +51,20 @@ class Anchor:
         return text.count("\n", self.offset, cursor) <= max_lines
 
 
+@dataclass(frozen=True)
+class KeptTail:
+    """The tail of a document's last prompt: its ids after ``<|fim_middle|>``, their text, and the text the
+    model wrote after them (its healed start included)."""
+
+    ids: tuple[int, ...]
+    text: str
+    written: str
+
+    def serves(self, tail: str) -> bool:
+        """Whether ``tail`` (model text typed since the anchor) extends these ids along what was written."""
+        return tail.startswith(self.text) and self.written.startswith(tail[len(self.text):])
+
+
 class AnchorBook:
     """The anchors of the open documents (most recently used ``MAX_ANCHORS``). Model thread only.
 
@@ -57,6 +76,7 @@ class AnchorBook:
     def __init__(self, max_lines: int = MAX_TAIL_LINES):
         self.max_lines = max_lines
         self._anchors: OrderedDict[str, Anchor] = OrderedDict()
+        self._kept: dict[str, KeptTail] = {}
 
     def anchor_for(self, request: CompletionRequest) -> int:
         """The anchor offset for ``request``'s cursor: the kept one when it holds, else the start of the
@@ -77,10 +97,21 @@ class AnchorBook:
         if not 0 <= offset <= cursor <= len(text) or (offset and text[offset - 1] not in "\r\n"):
             raise ValueError(f"an anchor is a line start at or before the cursor: {offset}, cursor {cursor}")
         anchor = self._anchors[uri] = Anchor(offset, text[:offset], text[cursor:])
+        self._kept.pop(uri, None)
         self._anchors.move_to_end(uri)
         while len(self._anchors) > MAX_ANCHORS:
-            self._anchors.popitem(last=False)
+            self._kept.pop(self._anchors.popitem(last=False)[0], None)
         return anchor
+
+    def kept_tail(self, uri: str) -> KeptTail | None:
+        """The tail of ``uri``'s last prompt at its current anchor (see :meth:`keep`), or ``None``."""
+        return self._kept.get(uri)
+
+    def keep(self, uri: str, tail: KeptTail) -> None:
+        """Remember the tail of the prompt just generated from, for requests at the same anchor."""
+        if uri in self._anchors:
+            self._kept[uri] = tail
 
     def forget(self, uri: str) -> None:
         self._anchors.pop(uri, None)
+        self._kept.pop(uri, None)

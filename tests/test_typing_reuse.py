@@ -4,7 +4,9 @@ and the answer is still exactly a fresh completion's. The typed-tail layout, sta
 
 from __future__ import annotations
 
+import copy
 import threading
+from dataclasses import replace
 
 import pytest
 from lsprotocol import types
@@ -33,12 +35,19 @@ def backend():
     return as_backend(Engine.load(EngineConfig(model="starter", draft_model="none", device="cpu", dtype="float32")))
 
 
-def ask(backend, text: str, sources: DraftSources, version: int, cancelled=None):
+def ask(backend, text: str, sources: DraftSources, version: int, cancelled=None, settings: Settings = SETTINGS):
     document = Document("file:///cfg.py", text, version, "python")
     line = text.count("\n")
     position = types.Position(line=line, character=len(text) - text.rfind("\n") - 1)
     fields = {"cancelled": cancelled} if cancelled is not None else {}
-    return complete(backend, resolve_request(document, position, UTF32, SETTINGS, **fields), sources=sources)
+    return complete(backend, resolve_request(document, position, UTF32, settings, **fields), sources=sources)
+
+
+def plain_with(anchors) -> DraftSources:
+    """Fresh sources (no #output) with a copy of ``anchors``: the same prompt, decoded without drafts."""
+    sources = DraftSources()
+    sources.anchors = copy.deepcopy(anchors)
+    return sources
 
 
 def output_stats(completion):
@@ -51,12 +60,19 @@ def test_a_key_that_follows_the_output_is_answered_from_it_exactly(backend):
     written = first.generation.text
     assert len(written) >= 3, f"the starter model wrote too little to type through: {written!r}"
     typed = HEAD + written[:2]
+    plain_sources = plain_with(sources.anchors)
     again = ask(backend, typed, sources, 2)
-    fresh = ask(backend, typed, DraftSources(), 2)
-    assert again.insert_text == fresh.insert_text  # exact: only verified drafts are kept
+    plain = ask(backend, typed, plain_sources, 2, settings=replace(SETTINGS, drafter="none"))
+    # Typed along the output: the prompt is the first one (its tail ids kept, the typed text healed).
+    assert again.prompt.prompt_ids == first.prompt.prompt_ids == plain.prompt.prompt_ids
+    assert again.prompt.healed == first.prompt.healed + written[:2]
+    assert again.insert_text == plain.insert_text  # exact: only verified drafts are kept
     stats = output_stats(again)
     assert stats and sum(s.accepted for s in stats.values()) > 0, again.generation.stats.sources
-    assert again.generation.stats.target_passes < fresh.generation.stats.target_passes
+    assert again.generation.stats.target_passes < plain.generation.stats.target_passes
+    # A key that leaves what the model wrote: the tail is tokenised afresh.
+    other = ask(backend, HEAD + "\u00e9", sources, 3)
+    assert other.prompt.prompt_ids != first.prompt.prompt_ids
 
 
 class StopAfter:
