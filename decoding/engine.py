@@ -5,7 +5,10 @@ State kept between calls, because completions for one document arrive keystroke 
 
 * the target's and the draft model's KV caches, one pair per cache key (a document) for the
   ``PROMPT_CACHES`` most recently used keys: a prompt reuses the longest common token prefix with the
-  previous prompt of the same document, also after the user worked in another file meanwhile;
+  previous prompt of the same document, also after the user worked in another file meanwhile. Each key
+  may also hold a spare pair, prefilled ahead with a prompt the document is likely to need next
+  (:meth:`Engine.prefill` with ``spare``); a prompt that shares more with the spare than with the main
+  pair swaps them;
 * the adaptive policy's acceptance and cost estimates;
 * one n-gram store of the extra token sources (other buffers, parts of the document, repository
   files), updated per source when the caller's version of a source changes.
@@ -77,6 +80,7 @@ class Engine:
         #: max_k is only a bound: GenerationConfig.max_region_draft_tokens caps each rewrite.
         self.rewrite_policy = DraftLengthPolicy(max_k=256, priors={REGION_SOURCE: REGION_PRIOR_ALPHA})
         self._caches: OrderedDict[object, tuple[KVCacheState, KVCacheState | None]] = OrderedDict()
+        self._spares: dict[object, tuple[KVCacheState, KVCacheState | None]] = {}  # per key of _caches
         self.sources = NgramStore(config.ngram)  # extra draft sources, kept between generations
         #: Ids that end a completion (see decoding.capabilities; they include the end-of-sequence ids):
         #: a special token never belongs in inserted code.
@@ -163,6 +167,7 @@ class Engine:
         """
         self._check_thread()
         self._caches.pop(key, None)
+        self._spares.pop(key, None)
 
     def drafter(self, mode: str, sources: NgramStore | dict[str, list[int]] | None = None) -> Drafter | None:
         """The drafter for ``mode``: ``auto`` (per round the n-gram lookup, the staged drafter or the draft
@@ -228,20 +233,34 @@ class Engine:
         """Forget the cached prompts of the target and the draft model (the next prompt is prefilled cold)."""
         self._check_thread()
         self._caches.clear()
+        self._spares.clear()
         self.generator.state.rollback(0)
         if self.model_drafter is not None:
             self.model_drafter.state.rollback(0)
 
-    def _use_cache(self, key: object) -> None:
+    def _new_states(self) -> tuple[KVCacheState, KVCacheState | None]:
+        return (KVCacheState(self.target.model),
+                KVCacheState(self.model_drafter.model) if self.model_drafter is not None else None)
+
+    def _use_cache(self, key: object, prompt_ids: list[int] | None = None, spare: bool = False) -> None:
         """Point the generator and the draft model at the KV caches of ``key`` (least recently used
-        keys beyond ``PROMPT_CACHES`` are dropped)."""
+        keys beyond ``PROMPT_CACHES`` are dropped, with their spares): its spare pair with ``spare``;
+        else the main pair, after swapping in the spare when it shares more of ``prompt_ids``."""
         states = self._caches.pop(key, None)
         if states is None:
-            states = (KVCacheState(self.target.model),
-                      KVCacheState(self.model_drafter.model) if self.model_drafter is not None else None)
+            states = self._new_states()
+        held = self._spares.get(key)
+        if spare:
+            if held is None:
+                held = self._spares[key] = self._new_states()
+        elif held is not None and prompt_ids is not None and \
+                held[0].common_prefix(prompt_ids) > states[0].common_prefix(prompt_ids):
+            states, self._spares[key] = held, states
         self._caches[key] = states
         while len(self._caches) > PROMPT_CACHES:
-            self._caches.popitem(last=False)
+            self._spares.pop(self._caches.popitem(last=False)[0], None)
+        if spare:
+            states = held
         self.generator.state = states[0]
         if self.model_drafter is not None:
             self.model_drafter.state = states[1]
@@ -252,6 +271,7 @@ class Engine:
         cache_key: object = None,
         should_stop: Callable[[], bool] | None = None,
         chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+        spare: bool = False,
     ) -> int:
         """Put ``prompt_ids`` into the KV caches of ``cache_key`` (the target's, then the draft model's
         if one is loaded) ahead of a :meth:`generate` or :meth:`rewrite` of a prompt that starts with it.
@@ -267,10 +287,13 @@ class Engine:
             should_stop: polled before any work and between pieces; when it returns True the prefill
                 ends, and the pieces fed stay cached. ``None``: each cache is fed in one piece.
             chunk_tokens: tokens per piece with ``should_stop`` (0: one piece).
+            spare: into the spare caches of ``cache_key`` (a prompt likely next; the key's prompt in use
+                stays cached): a later :meth:`generate` or :meth:`prefill` of a prompt that shares more
+                with it than with the main caches uses it.
         Returns:
             Prompt tokens fed into the target's cache by this call (the draft model's may differ).
         Raises:
-            ValueError: if ``prompt_ids`` is empty or ``chunk_tokens`` negative.
+            ValueError: if ``prompt_ids`` is empty, ``chunk_tokens`` negative, or ``spare`` without ``cache_key``.
             RuntimeError: as :meth:`sync_sources`.
         """
         self._check_thread()
@@ -278,8 +301,10 @@ class Engine:
             raise ValueError("the prompt must hold at least one token")
         if chunk_tokens < 0:
             raise ValueError(f"chunk_tokens must be >= 0 (0: one piece), got {chunk_tokens}")
+        if spare and cache_key is None:
+            raise ValueError("a spare prefill needs a cache key")
         if cache_key is not None:
-            self._use_cache(cache_key)
+            self._use_cache(cache_key, prompt_ids, spare)
         poll = should_stop if should_stop is not None else lambda: False
         if poll():
             return 0
@@ -306,7 +331,7 @@ class Engine:
         """
         self._check_thread()
         if cache_key is not None:
-            self._use_cache(cache_key)
+            self._use_cache(cache_key, prompt_ids)
         return self.generator.generate(prompt_ids, self.drafter(mode, sources), config, should_stop)
 
     def rewrite(
@@ -340,5 +365,5 @@ class Engine:
         if drafter is not None:  # the round's budget must admit the region's long drafts
             config = replace(config, max_draft_tokens=max(config.max_draft_tokens, config.max_region_draft_tokens))
         if cache_key is not None:
-            self._use_cache(cache_key)
+            self._use_cache(cache_key, prompt_ids)
         return self.generator.generate(prompt_ids, drafter, config, should_stop)

@@ -24,9 +24,9 @@ from lsp_server.completion_mode import suppresses_automatic
 from lsp_server.pipeline import RequestPipeline
 from lsp_server.request import CompletionRequest
 from lsp_server.session import ModelSession
+from lsp_server.worker import READY, Job
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.file_rules import uri_looks_secret
-from lsp_server.worker import READY, Job
 
 AHEAD = "ahead"  # the in-flight method name of a completion started at the key
 ASKED_WITHIN_S = 30.0  # the editor asked for an automatic inline completion of the document this recently

@@ -54,6 +54,27 @@ def postprocess(text: str, prompt: Prompt, mode: Mode, language_id: str,
     return to_document_text(trimmed, prompt.eol)
 
 
+def prepare_prompt(backend: GenerationBackend, request: CompletionRequest, other_documents: list[Document],
+                   repo: RepoIndex | None, sources: DraftSources, spare: bool = False):
+    """The request's prompt as :func:`complete` builds it: (prompt, the related files chosen for the cursor,
+    the typed-tail anchor or ``None``). ``other_documents`` must have passed
+    :func:`lsp_server.related_files.context_documents`. ``spare``: for a cursor expected next (its anchor is
+    set as the spare, :meth:`lsp_server.prompt_anchor.AnchorBook.anchor_for`)."""
+    settings, document = request.settings, request.document
+    capabilities = backend.capabilities
+    snippet_chars = 4 * settings.extra_tokens if capabilities.repo_prompt else 0
+    related, snippets = related_files(document, request.offset, other_documents, repo, snippet_chars)
+    repo_names = (repo.repo_name() if repo is not None else "workspace", label(repo, document.uri))
+    constrained = backend.constrains_output
+    # The typed tail needs healing (its last token is usually part of a word): local engines only.
+    tail = settings.prompt_layout == "tail" and settings.token_healing and constrained and capabilities.fim is not None
+    anchor = sources.anchors.anchor_for(request, spare) if tail else None
+    kept = sources.anchors.kept_tail(document.uri) if tail and not spare else None
+    prompt = build_prompt(request, backend.tokenizer, snippets, repo_names, sources.encoder(backend), capabilities,
+                          heal=settings.token_healing and constrained, anchor=anchor, kept_tail=kept)
+    return prompt, related, anchor
+
+
 def complete(
     backend: GenerationBackend,
     request: CompletionRequest,
@@ -83,17 +104,8 @@ def complete(
     settings, document = request.settings, request.document
     sources = sources if sources is not None else DraftSources()
     other_documents = context_documents(other_documents)  # the one gate: secrets are never context
-    capabilities = backend.capabilities
-    snippet_chars = 4 * settings.extra_tokens if capabilities.repo_prompt else 0
-    related, snippets = related_files(document, request.offset, other_documents, repo, snippet_chars)
-    repo_names = (repo.repo_name() if repo is not None else "workspace", label(repo, document.uri))
+    prompt, related, anchor = prepare_prompt(backend, request, other_documents, repo, sources)
     constrained = backend.constrains_output
-    # The typed tail needs healing (its last token is usually part of a word): local engines only.
-    tail = settings.prompt_layout == "tail" and settings.token_healing and constrained and capabilities.fim is not None
-    anchor = sources.anchors.anchor_for(request) if tail else None
-    prompt = build_prompt(request, backend.tokenizer, snippets, repo_names, sources.encoder(backend), capabilities,
-                          heal=settings.token_healing and constrained, anchor=anchor,
-                          kept_tail=sources.anchors.kept_tail(document.uri) if tail else None)
     window = syntax_window(prompt.prefix, prompt.suffix)  # once: for the mode and for trimming
     mode = decide_mode(prompt.prefix, prompt.line_suffix, document.language_id, head=window[0])
     sources.sync(backend, request, prompt, other_documents, related)

@@ -26,7 +26,7 @@ from lsp_server.next_edit_service import NextEditService
 from lsp_server.pipeline import Answer, RequestPipeline
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.session import ModelSession
-from lsp_server.request import CompletionRequest
+from lsp_server.request import CompletionRequest, after_enter
 from lsp_server.type_through import TypeThroughCache
 from lsp_server.workspace.documents import Document
 
@@ -113,6 +113,10 @@ class CompletionService:
         if status != "ok" or not completion.insert_text.strip():
             return None
         self.type_through.remember(uri, request.document.text, request.offset, completion.insert_text)
+        if after_enter(request) is not None:  # at a line's end: the next line's prompt, if the user pauses
+            others = [d for d in pipeline.store.all() if d.uri != uri]
+            pipeline.in_background(ModelSession.prepare_next_line, request, others, self.repo_ref(),
+                                   after_the_answer=True, should_stop=pipeline.worker.has_waiting)
         return pipeline.answer(request, completion.insert_text, completion.prompt.cursor_offset,
                                completion=completion)
 

@@ -24,6 +24,7 @@ Log lines name documents by their short name (:mod:`lsp_server.workspace.names`)
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import time
 from collections.abc import Callable
@@ -192,15 +193,16 @@ class RequestPipeline:
         for key in [k for k in self._inflight if k[0] == uri and (method is None or k[1] == method)]:
             self._inflight.pop(key).cancelled.set()
 
-    def in_background(self, operation: Callable[..., Any], *args: Any, after_the_answer: bool = False) -> None:
+    def in_background(self, operation: Callable[..., Any], *args: Any, after_the_answer: bool = False,
+                      **kwargs: Any) -> None:
         """Run the session ``operation`` on the model thread when the models are ready (else there is
         nothing of theirs to update), without waiting for it; optionally once the answer is written."""
         if after_the_answer:
-            after_answer(self.in_background, operation, *args)
+            after_answer(functools.partial(self.in_background, operation, **kwargs), *args)
             return
         if self.worker.state == READY:
             try:
-                self.worker.run(operation, *args)
+                self.worker.run(operation, *args, **kwargs)
             except RuntimeError:
                 pass  # unloaded meanwhile
 

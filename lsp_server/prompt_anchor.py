@@ -77,14 +77,27 @@ class AnchorBook:
         self.max_lines = max_lines
         self._anchors: OrderedDict[str, Anchor] = OrderedDict()
         self._kept: dict[str, KeptTail] = {}
+        self._spares: dict[str, Anchor] = {}  # set ahead for a likely next cursor (the next line)
 
-    def anchor_for(self, request: CompletionRequest) -> int:
-        """The anchor offset for ``request``'s cursor: the kept one when it holds, else the start of the
-        cursor's line (kept for the next request)."""
+    def anchor_for(self, request: CompletionRequest, spare: bool = False) -> int:
+        """The anchor offset for ``request``'s cursor: the kept one when it holds, else the spare one
+        when it holds (it becomes the kept one), else the start of the cursor's line (kept for the next
+        request). With ``spare``, for a cursor expected next (:meth:`lsp_server.session.ModelSession.
+        prepare_next_line`): the start of its line, set as the spare and nothing else changed."""
         text, cursor, uri = request.document.text, request.offset, request.uri
+        line_start = cursor - len(request.line_prefix)
+        if spare:
+            if not 0 <= line_start <= cursor <= len(text) or (line_start and text[line_start - 1] not in "\r\n"):
+                raise ValueError(f"an anchor is a line start at or before the cursor: {line_start}, cursor {cursor}")
+            self._spares[uri] = Anchor(line_start, text[:line_start], text[cursor:])
+            return line_start
         anchor = self._anchors.get(uri)
         if anchor is None or not anchor.holds(text, cursor, self.max_lines):
-            anchor = self.place(uri, text, cursor - len(request.line_prefix), cursor)
+            held = self._spares.pop(uri, None)
+            if held is not None and held.holds(text, cursor, self.max_lines):
+                anchor = self.place(uri, text, held.offset, cursor)
+            else:
+                anchor = self.place(uri, text, line_start, cursor)
         self._anchors.move_to_end(uri)
         return anchor.offset
 
@@ -100,7 +113,9 @@ class AnchorBook:
         self._kept.pop(uri, None)
         self._anchors.move_to_end(uri)
         while len(self._anchors) > MAX_ANCHORS:
-            self._kept.pop(self._anchors.popitem(last=False)[0], None)
+            gone = self._anchors.popitem(last=False)[0]
+            self._kept.pop(gone, None)
+            self._spares.pop(gone, None)
         return anchor
 
     def kept_tail(self, uri: str) -> KeptTail | None:
@@ -115,3 +130,4 @@ class AnchorBook:
     def forget(self, uri: str) -> None:
         self._anchors.pop(uri, None)
         self._kept.pop(uri, None)
+        self._spares.pop(uri, None)

@@ -56,3 +56,21 @@ def resolve_request(document: Document, position: types.Position, codec: Positio
     text = document.text
     return CompletionRequest(document, offset, text[line_start:offset], text[offset:line_end],
                              settings if settings is not None else Settings(), **fields)
+
+
+def after_enter(request: CompletionRequest) -> CompletionRequest | None:
+    """The request the next line would make if the user pressed Enter now: the cursor at the end of a line
+    that holds code (``None`` otherwise), a line break and the line's indentation (one level more after
+    ``:`` or an opening bracket) inserted, the cursor after them. For preparing that line's prompt ahead."""
+    if request.line_suffix.strip() or not request.line_prefix.strip():
+        return None
+    line = request.line_prefix
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    if line.rstrip().endswith((":", "(", "[", "{")):
+        indent += "\t" if "\t" in indent else "    "
+    document = request.document
+    eol = "\r\n" if "\r\n" in document.text else "\n"
+    text = document.text[: request.offset] + eol + indent + document.text[request.offset:]
+    ahead = Document(document.uri, text, document.version, document.language_id)
+    return CompletionRequest(ahead, request.offset + len(eol) + len(indent), indent, request.line_suffix,
+                             request.settings, automatic=True, method="next line", request_id=request.request_id)

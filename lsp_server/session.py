@@ -7,7 +7,8 @@ and prompt tokens kept between requests (:class:`lsp_server.draft_sources.DraftS
 * requests: :meth:`ModelSession.complete` and :meth:`ModelSession.rewrite` (a next-edit suggestion);
 * events: :meth:`~ModelSession.document_opened` / ``changed`` / ``closed``, :meth:`~ModelSession.file_changed`
   (the index watcher), :meth:`~ModelSession.warm_up` (after an answer);
-* work ahead of a request: :meth:`~ModelSession.prefill` (after a change).
+* work ahead of a request: :meth:`~ModelSession.prefill` (after a change) and
+  :meth:`~ModelSession.prepare_next_line` (idle at a line's end, after an answer).
 
 Only the model worker (:mod:`lsp_server.worker`) calls these, on its thread, in order: the server's
 services submit operations (``worker.run(ModelSession.complete, ...)``), never closures, and nothing
@@ -16,21 +17,24 @@ above this module touches a backend. The command line builds one directly (it ha
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 
 from lsp_server.backends.base import GenerationBackend, LoadedModels
-from lsp_server.completer import Completion, Rewrite, complete, rewrite
+from lsp_server.completer import Completion, Rewrite, complete, prepare_prompt, rewrite
 from lsp_server.workspace.documents import Document
 from lsp_server.draft_sources import DraftSources
 from lsp_server.workspace.file_rules import uri_looks_secret
 from lsp_server.workspace.repo_index import RepoIndex
-from lsp_server.request import CompletionRequest
+from lsp_server.related_files import context_documents
+from lsp_server.request import CompletionRequest, after_enter
 from lsp_server.syntax import parser_for
 
 ROLE_COMPLETION, ROLE_NEXT_EDIT = "completion", "nextEdit"  # the backend roles
 ROLES = (ROLE_COMPLETION, ROLE_NEXT_EDIT)
+NEXT_LINE_IDLE_S = 0.25  # the model thread idle this long after an answer at a line's end: prepare the next line
 #: What the worker may run (:meth:`lsp_server.worker.ModelWorker.run`); nothing hands a backend out.
-OPERATIONS = frozenset({"complete", "rewrite", "prefill", "document_opened", "document_changed", "document_closed",
+OPERATIONS = frozenset({"complete", "rewrite", "prefill", "prepare_next_line", "document_opened", "document_changed", "document_closed",
                         "file_changed", "warm_up", "describe"})
 
 
@@ -100,12 +104,36 @@ class ModelSession:
         """Compute the prompt the document's next request will start with, ahead of it; returns the
         prompt tokens computed.
 
-        Today it computes nothing and returns 0: a prompt whose head survives typing (the anchor prompt of
-        the latency work) is what makes a prefill after a keystroke pay, and it is not built yet; the
-        backends' ``prefill`` is the operation this will call. Called after every change of an open,
+        Today it computes nothing and returns 0. Where the editor asks for completions while typing, the
+        completion for the cursor a change leaves starts at the change instead (:mod:`lsp_server.ahead`),
+        its prefill included, and the typed-tail layout (:mod:`lsp_server.prompt_anchor`) keeps that prefill
+        to the typed tokens; a prefill here would serve editors that only ask explicitly, and it needs the
+        cursor, which a change gives and an opening does not. Called after every change of an open,
         in-sync, non-secret document (:meth:`document_changed`).
         """
         return 0
+
+    def prepare_next_line(self, request: CompletionRequest, other_documents: list[Document] = (),
+                          repo: RepoIndex | None = None, should_stop: Callable[[], bool] | None = None) -> int:
+        """After an answer at the end of a line: once the model thread has been idle ``NEXT_LINE_IDLE_S``,
+        prefill the prompt the next line would start with (:func:`lsp_server.request.after_enter`) into the
+        document's spare KV cache, beside the prompt in use, in pieces that yield to any queued work
+        (``should_stop``). After Enter, that request reuses it instead of computing the suffix again
+        (every prompt layout: the line start is a token boundary, and healing backs off the indentation).
+        Returns the prompt tokens computed (0 when it yielded first or there is no such line).
+        """
+        stop = should_stop or (lambda: False)
+        ahead = after_enter(request)
+        backend = self.backends[ROLE_COMPLETION]
+        if ahead is None or request.cancelled.is_set() or uri_looks_secret(request.uri):
+            return 0
+        waited = time.monotonic() + NEXT_LINE_IDLE_S
+        while time.monotonic() < waited:  # a pause at a line's end, not a key between two others
+            if stop():
+                return 0
+            time.sleep(0.01)
+        prompt, _, _ = prepare_prompt(backend, ahead, context_documents(other_documents), repo, self.sources, spare=True)
+        return backend.prefill(prompt.prompt_ids, request.uri, stop, spare=True)
 
     # Events
     def document_opened(self, document: Document) -> None:

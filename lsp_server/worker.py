@@ -140,6 +140,10 @@ class ModelWorker:
             raise RuntimeError(f"models are not ready (state: {self.state})")
         return self._submit(getattr(session, name), *args, **kwargs)
 
+    def has_waiting(self) -> bool:
+        """Whether work is queued behind the job running now (a background job's cue to yield)."""
+        return not self._jobs.empty()
+
     def shutdown(self) -> None:
         """Stop taking work; queued jobs are cancelled."""
         while True:

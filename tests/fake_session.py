@@ -60,7 +60,7 @@ class FakeBackend:
     def forget_cache(self, cache_key) -> None:
         pass
 
-    def prefill(self, prompt_ids, cache_key, should_stop) -> int:
+    def prefill(self, prompt_ids, cache_key, should_stop, spare=False) -> int:
         return 0
 
 
@@ -115,6 +115,10 @@ class FakeSession:
 
     def prefill(self, document) -> int:
         self._record("prefill", document)
+        return 0
+
+    def prepare_next_line(self, request, other_documents=(), repo=None, should_stop=None) -> int:
+        self._record("prepare_next_line", request)
         return 0
 
     def document_opened(self, document) -> None:

@@ -98,3 +98,21 @@ def test_prefill_refuses_bad_arguments_and_other_threads(engine, prompt):
     thread.start()
     thread.join()
     assert len(errors) == 1 and "thread" in errors[0]
+
+
+def test_a_spare_prefill_keeps_the_prompt_in_use_and_serves_the_prompt_it_was_made_for(engine, prompt):
+    """The spare caches: a likely next prompt prefilled beside the one in use; each later prompt takes the
+    pair that shares more with it, so neither the one in use nor the spare is computed again."""
+    key = "file:///spare.py"
+    engine.forget_cache(key)
+    now, after = prompt[:200], prompt[:150] + prompt[180:300]  # the same start, then different text
+    plain = engine.generate(now, GREEDY, "none", cache_key=key)
+    # A new spare pair holds nothing yet: it computes the whole prompt (the last token is the first pass's).
+    assert engine.prefill(after, cache_key=key, spare=True) == len(after) - 1
+    following = engine.generate(after, GREEDY, "none", cache_key=key)
+    assert following.stats.prefill_computed <= 1, following.stats  # the spare served it
+    again = engine.generate(now, GREEDY, "none", cache_key=key)  # the pair in use before is still there
+    assert again.stats.prefill_computed <= 1 and again.text == plain.text
+    with pytest.raises(ValueError):
+        engine.prefill(after, spare=True)
+    engine.forget_cache(key)

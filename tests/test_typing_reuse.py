@@ -98,3 +98,47 @@ def test_a_cancelled_generation_feeds_the_next_request(backend):
     again = ask(backend, HEAD, sources, 2)
     assert again.insert_text == whole.insert_text
     assert sum(s.accepted for s in output_stats(again).values()) > 0, again.generation.stats.sources
+
+
+@pytest.mark.parametrize("layout", ["psm", "tail"])
+def test_a_pause_at_a_line_end_prepares_the_next_lines_prompt(backend, layout):
+    """ModelSession.prepare_next_line: idle at the end of a line, the prompt after Enter goes into the
+    spare cache; after Enter the request computes only its indentation, and answers as a fresh session."""
+    from lsp_server.request import after_enter
+    from lsp_server.session import ModelSession
+
+    settings = replace(SETTINGS, prompt_layout=layout)
+    line = "    with open(path) as handle:"
+    text = HEAD + "lines(path):\n" + line
+    below = "\n\n\ndef write_config(path, text):\n    with open(path, 'w') as handle:\n        handle.write(text)\n"
+    session = ModelSession(backend)
+    at_end = resolve_request(Document("file:///cfg.py", text + below, 1, "python"), types.Position(
+        line=text.count("\n"), character=len(line)), UTF32, settings)
+    session.complete(at_end)
+    assert session.prepare_next_line(at_end, should_stop=lambda: True) == 0  # work queued: it yields at once
+    assert session.prepare_next_line(at_end) > 40  # the whole prompt of the next line, into the spare
+    entered = after_enter(at_end)
+    assert entered.document.text == text + "\n        " + below and entered.line_prefix == "        "
+    request = resolve_request(Document("file:///cfg.py", entered.document.text, 2, "python"), types.Position(
+        line=text.count("\n") + 1, character=8), UTF32, settings)
+    answer = session.complete(request)
+    # Without the spare the suffix (the function below) would be computed again after the new line break.
+    assert answer.generation.stats.prefill_computed <= 3, answer.generation.stats
+    fresh = ModelSession(as_backend(Engine.load(EngineConfig(model="starter", draft_model="none", device="cpu",
+                                                             dtype="float32")))).complete(request)
+    assert answer.insert_text == fresh.insert_text
+
+
+def test_the_next_line_follows_the_lines_indentation():
+    from lsp_server.request import after_enter
+
+    def at_end(text: str):
+        return resolve_request(Document("file:///a.py", text, 1, "python"),
+                               types.Position(line=text.count("\n"), character=len(text.rsplit("\n", 1)[-1])), UTF32)
+
+    assert after_enter(at_end("x = 1\n\tif x:")).line_prefix == "\t\t"
+    assert after_enter(at_end("    y = f(")).line_prefix == "        "
+    assert after_enter(at_end("    y = 2")).line_prefix == "    "
+    assert after_enter(at_end("    ")) is None  # a blank line: nothing to finish
+    crlf = after_enter(at_end("a = 1\r\nb = 2"))
+    assert crlf.document.text == "a = 1\r\nb = 2\r\n" and crlf.offset == len(crlf.document.text)

@@ -10,8 +10,10 @@ from collections.abc import Callable, Hashable, Set
 from typing import TYPE_CHECKING
 
 from decoding.engine import Engine
-from decoding.types import Generation, GenerationConfig
+from decoding.types import DEFAULT_PREFILL_CHUNK_TOKENS, Generation, GenerationConfig
 from lsp_server.backends.base import GenerationBackend, LoadedModels
+
+BACKGROUND_CHUNK_TOKENS = 32  # a spare prefill in idle time yields to a request after at most this many tokens
 
 if TYPE_CHECKING:
     from lsp_server.prompt import Prompt
@@ -65,9 +67,12 @@ class LocalBackend:
     def forget_cache(self, cache_key: Hashable) -> None:
         self.engine.forget_cache(cache_key)
 
-    def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool]) -> int:
+    def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool],
+                spare: bool = False) -> int:
         """:meth:`decoding.engine.Engine.prefill` (the chunks polled with ``should_stop``)."""
-        return self.engine.prefill(prompt_ids, cache_key=cache_key, should_stop=should_stop)
+        return self.engine.prefill(prompt_ids, cache_key=cache_key, should_stop=should_stop,
+                                   chunk_tokens=BACKGROUND_CHUNK_TOKENS if spare else DEFAULT_PREFILL_CHUNK_TOKENS,
+                                   spare=spare)
 
 
 def as_backend(backend_or_engine: Engine | GenerationBackend) -> GenerationBackend:

@@ -167,7 +167,8 @@ class RemoteBackend:
     def forget_cache(self, cache_key: Hashable) -> None:
         pass
 
-    def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool]) -> int:
+    def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool],
+                spare: bool = False) -> int:
         return 0
 
     def _headers(self) -> dict[str, str]:
