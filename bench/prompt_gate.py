@@ -32,6 +32,7 @@ import random
 import statistics
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from lsprotocol import types
 
@@ -127,6 +128,21 @@ def summarize(rows: list[dict], base: str, candidate: str) -> dict:
     return out
 
 
+def resumed_rows(args: argparse.Namespace) -> list[dict]:
+    """The rows of an earlier ``--rows`` output (``--resume FILE``) run with the same settings but
+    ``--cuts``: the cuts of one seed come in the same order, so a longer run only adds cuts.
+
+    Raises:
+        SystemExit: the file has no rows, or other settings.
+    """
+    earlier = json.loads(args.resume.read_text())
+    same = {k: v for k, v in earlier["settings"].items() if k not in ("cuts", "rows", "show_text", "resume")}
+    now = {k: v for k, v in vars(args).items() if k in same}
+    if "rows" not in earlier or same != now:
+        raise SystemExit(f"--resume needs an earlier --rows output with the same settings: {same} against {now}")
+    return earlier["rows"][: args.cuts]
+
+
 def run(args: argparse.Namespace) -> int:
     from decoding.engine import Engine  # loads torch: not at parser setup
     from lsp_server.backends.local import as_backend
@@ -137,14 +153,18 @@ def run(args: argparse.Namespace) -> int:
                         max_new_tokens=args.max_new_tokens, time_budget_ms=0)
     engine = Engine.load(settings.engine_config())
     backend = as_backend(engine)
-    rows = []
+    rows = resumed_rows(args) if args.resume else []
     kinds = tuple(args.kinds.split(","))
     if set(kinds) - set(KINDS) or set(args.variants.split(",")) - set(VARIANTS) or not candidates:
         raise SystemExit(f"--kinds takes {', '.join(KINDS)}; --variants takes {', '.join(VARIANTS)}")
     for index, (kind, document, position) in enumerate(gate_cuts(args.cuts, args.seed, args.corpus, kinds)):
-        holed, removed = cut_hole(document, position, codec, args.cut_lines)
         row = {"kind": kind, "file": document.uri.rsplit("/", 2)[-1], "line": position.line + 1,
                "column": position.character}
+        if index < len(rows):  # resumed: the same cut, already scored
+            if {k: rows[index][k] for k in row} != row:
+                raise SystemExit(f"--resume: cut {index + 1} differs from the earlier run's ({rows[index]})")
+            continue
+        holed, removed = cut_hole(document, position, codec, args.cut_lines)
         for variant in (base, *candidates):
             overrides, lines_back = VARIANTS[variant]
             request = resolve_request(holed, position, codec, replace(settings, **overrides))
@@ -167,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
         rows.append(row)
         print(f"cut {index + 1}/{args.cuts} {kind}: " + " ".join(
             f"{v} {row[v]['first_line_exact']:d}" for v in (base, *candidates)), file=sys.stderr)
-    result = {"settings": {k: v for k, v in vars(args).items() if k != "run"}, "target": engine.target.name,
+    result = {"settings": {k: v if k != "resume" else str(v) for k, v in vars(args).items() if k != "run"},
+              "target": engine.target.name,
               "dtype": str(engine.target.model.dtype),
               "summary": {candidate: summarize(rows, base, candidate) for candidate in candidates}}
     if args.rows:
@@ -191,4 +212,6 @@ def add_parser(kinds) -> None:
     gate.add_argument("--seed", type=int, default=0)
     gate.add_argument("--rows", action="store_true", help="print every cut's scores too")
     gate.add_argument("--show-text", action="store_true", help="with --rows: the completions' text")
+    gate.add_argument("--resume", type=Path, default=None, metavar="FILE",
+                      help="an earlier --rows output of the same settings: its cuts are kept, only the rest is run")
     gate.set_defaults(run=run)
