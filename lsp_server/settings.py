@@ -93,9 +93,9 @@ class Settings:
         "start with that text (a cursor inside a word or after indentation meets the tokens the model knows). "
         "Local engine only; exactness is unaffected.")
     prompt_layout: str = _setting(
-        "psm", "Completion prompt layout: psm (prefix, suffix, middle) or tail (the text typed since the line's "
-        "start follows the middle marker, so the suffix's cache survives typing; needs token healing and the "
-        "local engine).", enum=["psm", "tail"])
+        "tail", "Completion prompt layout: tail (the text typed since the line's start follows the middle "
+        "marker, so the prompt's cache survives typing; needs token healing and the local engine, else psm) or "
+        "psm (prefix, suffix, middle).", enum=["psm", "tail"])
     complete_ahead: bool = _setting(
         True, "Start the inline completion at the keystroke, for the cursor the change leaves, when the editor "
         "asks for them while typing; the request that follows takes it. Exactness is unaffected.")
