@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from lsp_server.backends.base import GenerationBackend, LoadedModels
 from lsp_server.completer import Completion, Rewrite, complete, prepare_prompt, rewrite
@@ -36,6 +37,16 @@ NEXT_LINE_IDLE_S = 0.25  # the model thread idle this long after an answer at a 
 #: What the worker may run (:meth:`lsp_server.worker.ModelWorker.run`); nothing hands a backend out.
 OPERATIONS = frozenset({"complete", "rewrite", "prefill", "prepare_next_line", "document_opened", "document_changed", "document_closed",
                         "file_changed", "warm_up", "describe"})
+
+
+class _Yield:
+    """A request's cancellation flag that reads as set while other work waits (background work yields)."""
+
+    def __init__(self, should_stop: Callable[[], bool]):
+        self.is_set = should_stop
+
+    def set(self) -> None:
+        pass
 
 
 class ModelSession:
@@ -118,8 +129,10 @@ class ModelSession:
         """After an answer at the end of a line: once the model thread has been idle ``NEXT_LINE_IDLE_S``,
         prefill the prompt the next line would start with (:func:`lsp_server.request.after_enter`) into the
         document's spare KV cache, beside the prompt in use, in pieces that yield to any queued work
-        (``should_stop``). After Enter, that request reuses it instead of computing the suffix again
-        (every prompt layout: the line start is a token boundary, and healing backs off the indentation).
+        (``should_stop``), then complete that line, yielding the same way. After Enter, that request
+        reuses the prompt instead of computing the suffix again (every prompt layout: the line start is a
+        token boundary, and healing backs off the indentation), and the completion is its ``#output``
+        draft: when the indentation was guessed right, one verify pass answers it.
         Returns the prompt tokens computed (0 when it yielded first or there is no such line).
         """
         stop = should_stop or (lambda: False)
@@ -132,8 +145,14 @@ class ModelSession:
             if stop():
                 return 0
             time.sleep(0.01)
-        prompt, _, _ = prepare_prompt(backend, ahead, context_documents(other_documents), repo, self.sources, spare=True)
-        return backend.prefill(prompt.prompt_ids, request.uri, stop, spare=True)
+        others = context_documents(other_documents)
+        prompt, _, _ = prepare_prompt(backend, ahead, others, repo, self.sources, spare=True)
+        fed = backend.prefill(prompt.prompt_ids, request.uri, stop, spare=True)
+        if not stop():
+            # Its time budget runs from here, as a request's from its arrival.
+            complete(backend, replace(ahead, cancelled=_Yield(stop), received=time.perf_counter()), others, repo,
+                     self.sources)
+        return fed
 
     # Events
     def document_opened(self, document: Document) -> None:

@@ -124,6 +124,8 @@ def test_a_pause_at_a_line_end_prepares_the_next_lines_prompt(backend, layout):
     answer = session.complete(request)
     # Without the spare the suffix (the function below) would be computed again after the new line break.
     assert answer.generation.stats.prefill_computed <= 3, answer.generation.stats
+    # The line was completed ahead too: its output is drafted and accepted.
+    assert sum(s.accepted for s in output_stats(answer).values()) > 0, answer.generation.stats.sources
     fresh = ModelSession(as_backend(Engine.load(EngineConfig(model="starter", draft_model="none", device="cpu",
                                                              dtype="float32")))).complete(request)
     assert answer.insert_text == fresh.insert_text
