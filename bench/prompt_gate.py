@@ -49,7 +49,8 @@ from lsp_server.workspace.positions import codec_for
 
 KINDS = ("line_start", "mid_line", "mid_token")
 #: variant -> (settings, lines above the cursor's line where the typed-tail anchor is placed)
-VARIANTS = {"psm": ({"token_healing": False}, 0), "psm_healed": ({"token_healing": True}, 0),
+VARIANTS = {"psm": ({"token_healing": False, "prompt_layout": "psm"}, 0),
+            "psm_healed": ({"token_healing": True, "prompt_layout": "psm"}, 0),
             "tail_healed": ({"token_healing": True, "prompt_layout": "tail"}, 0),
             "tail2_healed": ({"token_healing": True, "prompt_layout": "tail"}, 2)}
 GATE = -0.02  # the largest loss the interval's lower end may show

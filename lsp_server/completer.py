@@ -54,6 +54,19 @@ def postprocess(text: str, prompt: Prompt, mode: Mode, language_id: str,
     return to_document_text(trimmed, prompt.eol)
 
 
+#: Model families the typed-tail prompt passed the quality gate on (docs/performance.md#the-typed-tail-prompt);
+#: ``promptLayout: auto`` gives them ``tail`` and any other model (e.g. the starter pair, trained on PSM) ``psm``.
+TAIL_FAMILIES = ("qwen2.5-coder",)
+
+
+def prompt_layout(settings, backend: GenerationBackend) -> str:
+    """The completion prompt layout for ``backend``'s target: ``tail`` or ``psm`` (``auto`` resolved)."""
+    if settings.prompt_layout != "auto":
+        return settings.prompt_layout
+    target = backend.describe().target.lower()
+    return "tail" if any(family in target for family in TAIL_FAMILIES) else "psm"
+
+
 def prepare_prompt(backend: GenerationBackend, request: CompletionRequest, other_documents: list[Document],
                    repo: RepoIndex | None, sources: DraftSources, spare: bool = False):
     """The request's prompt as :func:`complete` builds it: (prompt, the related files chosen for the cursor,
@@ -67,7 +80,8 @@ def prepare_prompt(backend: GenerationBackend, request: CompletionRequest, other
     repo_names = (repo.repo_name() if repo is not None else "workspace", label(repo, document.uri))
     constrained = backend.constrains_output
     # The typed tail needs healing (its last token is usually part of a word): local engines only.
-    tail = settings.prompt_layout == "tail" and settings.token_healing and constrained and capabilities.fim is not None
+    tail = prompt_layout(settings, backend) == "tail" and settings.token_healing and constrained and \
+        capabilities.fim is not None
     anchor = sources.anchors.anchor_for(request, spare) if tail else None
     kept = sources.anchors.kept_tail(document.uri) if tail and not spare else None
     prompt = build_prompt(request, backend.tokenizer, snippets, repo_names, sources.encoder(backend), capabilities,

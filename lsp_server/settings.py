@@ -93,9 +93,10 @@ class Settings:
         "start with that text (a cursor inside a word or after indentation meets the tokens the model knows). "
         "Local engine only; exactness is unaffected.")
     prompt_layout: str = _setting(
-        "tail", "Completion prompt layout: tail (the text typed since the line's start follows the middle "
-        "marker, so the prompt's cache survives typing; needs token healing and the local engine, else psm) or "
-        "psm (prefix, suffix, middle).", enum=["psm", "tail"])
+        "auto", "Completion prompt layout: tail (the text typed since the line's start follows the middle "
+        "marker, so the prompt's cache survives typing; needs token healing and the local engine, else psm), "
+        "psm (prefix, suffix, middle), or auto: tail for the model families it passed the quality gate on "
+        "(Qwen2.5-Coder), else psm.", enum=["auto", "tail", "psm"])
     complete_ahead: bool = _setting(
         True, "Start the inline completion at the keystroke, for the cursor the change leaves, when the editor "
         "asks for them while typing; the request that follows takes it. Exactness is unaffected.")

@@ -119,3 +119,18 @@ def test_an_anchor_must_be_a_line_start_before_the_cursor():
     with pytest.raises(ValueError):
         book.place("file:///a.py", "abc\ndef", 4, 3)
     assert book.place("file:///a.py", "abc\r\ndef", 5, 6).before == "abc\r\n"
+
+
+def test_auto_layout_is_tail_only_for_the_families_the_gate_passed():
+    from types import SimpleNamespace
+
+    from lsp_server.completer import prompt_layout
+
+    def backend(target: str):
+        return SimpleNamespace(describe=lambda: SimpleNamespace(target=target))
+
+    assert prompt_layout(Settings(), backend("qwen2.5-coder-0.5b")) == "tail"
+    assert prompt_layout(Settings(), backend("/models/Qwen2.5-Coder-7B-Q4_K_M.gguf")) == "tail"
+    assert prompt_layout(Settings(), backend("starter")) == "psm"  # trained on PSM only
+    assert prompt_layout(Settings(prompt_layout="tail"), backend("starter")) == "tail"
+    assert prompt_layout(Settings(prompt_layout="psm"), backend("qwen2.5-coder-1.5b")) == "psm"
