@@ -22,13 +22,15 @@ from dataclasses import dataclass, replace
 
 from lsp_server.completion_mode import suppresses_automatic
 from lsp_server.pipeline import RequestPipeline
-from lsp_server.request import CompletionRequest
+from lsp_server.request import CompletionRequest, resolve_request
 from lsp_server.session import ModelSession
 from lsp_server.worker import READY, Job
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.file_rules import uri_looks_secret
+from lsp_server.workspace.positions import codec_for
 
 AHEAD = "ahead"  # the in-flight method name of a completion started at the key
+CODE_POINTS = codec_for("utf-32")  # the change's cursor is a code-point offset
 ASKED_WITHIN_S = 30.0  # the editor asked for an automatic inline completion of the document this recently
 
 
@@ -66,11 +68,8 @@ class AheadCompletions:
         if (not settings.complete_ahead or time.monotonic() - self._asked.get(document.uri, -1e9) > ASKED_WITHIN_S
                 or not document.in_sync or uri_looks_secret(document.uri) or pipeline.worker.state != READY):
             return False
-        text = document.text
-        line_start = max(text.rfind("\n", 0, cursor), text.rfind("\r", 0, cursor)) + 1
-        line_end = min((i for i in (text.find("\n", cursor), text.find("\r", cursor)) if i != -1), default=len(text))
-        request = CompletionRequest(document, cursor, text[line_start:cursor], text[cursor:line_end], settings,
-                                    automatic=True, method=AHEAD)
+        request = resolve_request(document, document.lines.position_at(cursor, CODE_POINTS), CODE_POINTS, settings,
+                                  automatic=True, method=AHEAD)
         if suppresses_automatic(request.line_prefix, request.line_suffix) or self.answered_without_model(request):
             return False
         try:

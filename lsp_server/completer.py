@@ -80,8 +80,8 @@ def prepare_prompt(backend: GenerationBackend, request: CompletionRequest, other
     repo_names = (repo.repo_name() if repo is not None else "workspace", label(repo, document.uri))
     constrained = backend.constrains_output
     # The typed tail needs healing (its last token is usually part of a word): local engines only.
-    tail = prompt_layout(settings, backend) == "tail" and settings.token_healing and constrained and \
-        capabilities.fim is not None
+    tail = settings.token_healing and constrained and capabilities.fim is not None and \
+        prompt_layout(settings, backend) == "tail"
     anchor = sources.anchors.anchor_for(request, spare) if tail else None
     kept = sources.anchors.kept_tail(document.uri) if tail and not spare else None
     prompt = build_prompt(request, backend.tokenizer, snippets, repo_names, sources.encoder(backend), capabilities,

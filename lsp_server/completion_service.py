@@ -26,7 +26,7 @@ from lsp_server.next_edit_service import NextEditService
 from lsp_server.pipeline import Answer, RequestPipeline
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.session import ModelSession
-from lsp_server.request import CompletionRequest, after_enter
+from lsp_server.request import CompletionRequest, ends_a_line
 from lsp_server.type_through import TypeThroughCache
 from lsp_server.workspace.documents import Document
 
@@ -55,13 +55,17 @@ class CompletionService:
             return True
         return self.type_through.lookup(request.uri, request.document.text, request.offset) is not None
 
+    def _others(self, uri: str) -> list[Document]:
+        """The open documents but ``uri``, the context a completion in ``uri`` may draw on."""
+        return [d for d in self.pipeline.store.all() if d.uri != uri]
+
     def changed(self, document: Document, cursor: int | None) -> None:
         """A document changed, leaving the cursor at ``cursor`` (``None``: unknown): start its completion
-        ahead of the editor's request (:mod:`lsp_server.ahead`)."""
-        self.ahead.forget(document.uri)
-        if cursor is not None:
-            others = [d for d in self.pipeline.store.all() if d.uri != document.uri]
-            self.ahead.start(document, cursor, others, self.repo_ref())
+        ahead of the editor's request (:mod:`lsp_server.ahead`; it cancels what was started before)."""
+        if cursor is None:
+            self.ahead.forget(document.uri)
+        else:
+            self.ahead.start(document, cursor, self._others(document.uri), self.repo_ref())
 
     async def complete(self, method: str, uri: str, position: types.Position, automatic: bool = False) -> Answer | None:
         """Complete at ``position``; ``None`` when there is nothing to offer.
@@ -98,8 +102,7 @@ class CompletionService:
             request, job = started
             ran = await pipeline.run(request, span, ModelSession.complete, job=job)
         else:
-            others = [d for d in pipeline.store.all() if d.uri != uri]
-            ran = await pipeline.run(request, span, ModelSession.complete, others, self.repo_ref())
+            ran = await pipeline.run(request, span, ModelSession.complete, self._others(uri), self.repo_ref())
         if ran is None:
             return None
         completion = ran.result
@@ -113,9 +116,8 @@ class CompletionService:
         if status != "ok" or not completion.insert_text.strip():
             return None
         self.type_through.remember(uri, request.document.text, request.offset, completion.insert_text)
-        if after_enter(request) is not None:  # at a line's end: the next line's prompt, if the user pauses
-            others = [d for d in pipeline.store.all() if d.uri != uri]
-            pipeline.in_background(ModelSession.prepare_next_line, request, others, self.repo_ref(),
+        if ends_a_line(request):  # the next line's prompt, if the user pauses here
+            pipeline.in_background(ModelSession.prepare_next_line, request, self._others(uri), self.repo_ref(),
                                    after_the_answer=True, should_stop=pipeline.worker.has_waiting)
         return pipeline.answer(request, completion.insert_text, completion.prompt.cursor_offset,
                                completion=completion)

@@ -65,6 +65,17 @@ class KeptTail:
         return tail.startswith(self.text) and self.written.startswith(tail[len(self.text):])
 
 
+def _anchor_at(text: str, offset: int, cursor: int) -> Anchor:
+    """The anchor at ``offset`` for a cursor at ``cursor`` in ``text``.
+
+    Raises:
+        ValueError: ``offset`` is after ``cursor``, outside ``text``, or not a line start.
+    """
+    if not 0 <= offset <= cursor <= len(text) or (offset and text[offset - 1] not in "\r\n"):
+        raise ValueError(f"an anchor is a line start at or before the cursor: {offset}, cursor {cursor}")
+    return Anchor(offset, text[:offset], text[cursor:])
+
+
 class AnchorBook:
     """The anchors of the open documents (most recently used ``MAX_ANCHORS``). Model thread only.
 
@@ -87,9 +98,7 @@ class AnchorBook:
         text, cursor, uri = request.document.text, request.offset, request.uri
         line_start = cursor - len(request.line_prefix)
         if spare:
-            if not 0 <= line_start <= cursor <= len(text) or (line_start and text[line_start - 1] not in "\r\n"):
-                raise ValueError(f"an anchor is a line start at or before the cursor: {line_start}, cursor {cursor}")
-            self._spares[uri] = Anchor(line_start, text[:line_start], text[cursor:])
+            self._spares[uri] = _anchor_at(text, line_start, cursor)
             return line_start
         anchor = self._anchors.get(uri)
         if anchor is None or not anchor.holds(text, cursor, self.max_lines):
@@ -107,9 +116,7 @@ class AnchorBook:
         Raises:
             ValueError: ``offset`` is after ``cursor``, outside ``text``, or not a line start.
         """
-        if not 0 <= offset <= cursor <= len(text) or (offset and text[offset - 1] not in "\r\n"):
-            raise ValueError(f"an anchor is a line start at or before the cursor: {offset}, cursor {cursor}")
-        anchor = self._anchors[uri] = Anchor(offset, text[:offset], text[cursor:])
+        anchor = self._anchors[uri] = _anchor_at(text, offset, cursor)
         self._kept.pop(uri, None)
         self._anchors.move_to_end(uri)
         while len(self._anchors) > MAX_ANCHORS:

@@ -58,11 +58,17 @@ def resolve_request(document: Document, position: types.Position, codec: Positio
                              settings if settings is not None else Settings(), **fields)
 
 
+def ends_a_line(request: CompletionRequest) -> bool:
+    """Whether the cursor is at the end of a line that holds code (blanks right of it aside)."""
+    return not request.line_suffix.strip() and bool(request.line_prefix.strip())
+
+
 def after_enter(request: CompletionRequest) -> CompletionRequest | None:
     """The request the next line would make if the user pressed Enter now: the cursor at the end of a line
-    that holds code (``None`` otherwise), a line break and the line's indentation (one level more after
-    ``:`` or an opening bracket) inserted, the cursor after them. For preparing that line's prompt ahead."""
-    if request.line_suffix.strip() or not request.line_prefix.strip():
+    that holds code (``None`` otherwise, :func:`ends_a_line`), a line break and the line's indentation (one
+    level more after ``:`` or an opening bracket) inserted, the cursor after them. For preparing that
+    line's prompt ahead."""
+    if not ends_a_line(request):
         return None
     line = request.line_prefix
     indent = line[: len(line) - len(line.lstrip(" \t"))]
