@@ -318,6 +318,10 @@ def add_parser(kinds) -> argparse.ArgumentParser:
                      help="a person types functions of the 2026 corpus at --paces; characters taken from suggestions "
                           "(see bench/typist.py); --functions defaults to 3 here")
     lsp.add_argument("--paces", default="fast,steady", help="--typist: fast, steady or both")
+    lsp.add_argument("--check-exact", action="store_true",
+                     help="--typist: replay every answer the model showed with plain decoding (--drafter none) of its "
+                          "own prompt and healing constraint, and report partings (exit 1 on one outside the "
+                          "kernel noise)")
     lsp.add_argument("--llama", action="store_true",
                      help="--typist: also our server on llama.cpp's /infill (llama-server on the model's GGUF)")
     lsp.add_argument("--requests-json", type=Path, default=None, metavar="FILE",

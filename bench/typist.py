@@ -20,7 +20,9 @@ Reported per row and pace: characters taken (and their share of the typed functi
 shown / by the model / taken, the model's answers' key-to-shown latency p50/p95 (last key to answer
 received), requests superseded. Rows: ``ours`` (the local engine) and, with ``--llama``, our server with
 ``--backend llamacpp-infill`` against ``llama-server`` on the same model's GGUF (the engine llama.vim and
-llama.vscode use). A measurement command, not a test.
+llama.vscode use). With ``--check-exact`` every answer the model showed is replayed afterwards with plain
+decoding of its own prompt and healing constraint (:mod:`bench.replay`; the server's verbose trace keeps
+what that needs). A measurement command, not a test.
 """
 
 from __future__ import annotations
@@ -211,7 +213,10 @@ class TypistSession:
 
 async def run_row(args: argparse.Namespace, pace_name: str, functions, backend: str, endpoint: str) -> dict:
     trace_path = Path(tempfile.mkdtemp(prefix="speclsp-typist-")) / "trace.jsonl"
-    server_args = argparse.Namespace(**{**vars(args), "backend": backend, "endpoint": endpoint})
+    settings = list(getattr(args, "setting", None) or [])
+    if getattr(args, "check_exact", False) and backend == "local":  # the trace file keeps each answer's replay
+        settings.append("traceLevel=verbose")
+    server_args = argparse.Namespace(**{**vars(args), "backend": backend, "endpoint": endpoint, "setting": settings})
     client = await start_server(server_args, trace_path, "speclsp-typist")
     session = TypistSession(client, PACES[pace_name], random.Random(args.seed))
     for number, (name, text, start, end) in enumerate(functions, 1):
@@ -222,18 +227,21 @@ async def run_row(args: argparse.Namespace, pace_name: str, functions, backend: 
     client.exit(None)
     await client.stop()
     records = [json.loads(line) for line in trace_path.read_text().splitlines()]
-    by_order = {f"typist-{n}": record for n, record in enumerate(sorted(records, key=lambda r: r["id"]), 1)}
+    by_id = {record["msg_id"]: record for record in records if "msg_id" in record}
     outcome = session.outcome
+    shown_by_model = [request_id for request_id in outcome.shown_ids if by_id.get(request_id, {}).get("status") == "ok"]
     model_latency = [ms for request_id, ms in zip(outcome.shown_ids, outcome.model_latency_ms)
-                     if by_order.get(request_id, {}).get("status") == "ok"]
+                     if by_id.get(request_id, {}).get("status") == "ok"]
     outcome.shown_by_model = len(model_latency)
+    replays = [by_id[request_id]["replay"] for request_id in shown_by_model if "replay" in by_id[request_id]]
     return {"row": "ours" if backend == "local" else "llama.cpp /infill", "pace": pace_name,
             "characters": outcome.characters, "taken_characters": outcome.taken_characters,
             "taken_share": round(outcome.taken_characters / max(1, outcome.characters), 4),
             "requests": outcome.requests, "superseded": outcome.superseded, "shown": outcome.shown,
             "shown_by_model": outcome.shown_by_model, "taken": outcome.taken,
             "model_latency_ms": {"p50": percentile(model_latency, 50), "p95": percentile(model_latency, 95)},
-            "statuses": {s: sum(1 for r in records if r["status"] == s) for s in {r["status"] for r in records}}}
+            "statuses": {s: sum(1 for r in records if r["status"] == s) for s in {r["status"] for r in records}},
+            "replays": replays}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -254,6 +262,16 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if llama is not None:
             llama.stop()
+    if getattr(args, "check_exact", False):
+        from bench.replay import check_replays
+
+        for row in rows:
+            if row["replays"]:
+                print(f"[{row['row']} {row['pace']}] replaying {len(row['replays'])} shown answers with plain decoding",
+                      file=sys.stderr)
+                row["exactness"] = check_replays(row["replays"])
+    for row in rows:
+        row.pop("replays")
     result = {"functions": [name for name, *_ in functions], "model": args.model, "draft_model": args.draft_model,
               "drafter": args.drafter, "seed": args.seed, "rows": rows}
     if args.out is not None:
@@ -265,4 +283,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{row['row']} | {row['pace']} | {row['taken_characters']}/{row['characters']} | {row['taken_share']:.1%} | "
               f"{row['shown']} / {row['shown_by_model']} / {row['taken']} | {latency['p50']}/{latency['p95']} | "
               f"{row['requests']} | {row['superseded']}")
-    return 0
+    for row in rows:
+        if "exactness" in row:
+            e = row["exactness"]
+            print(f"{row['row']} {row['pace']}: {e['checked']} shown answers replayed with plain decoding: "
+                  f"{e['identical']} identical, {e['within_noise']} parted within the kernel noise (up to "
+                  f"{e['max_noise_logits']:.3f} logits), {e['outside_noise']} outside it")
+    faults = sum(row.get("exactness", {}).get("outside_noise", 0) for row in rows)
+    return 1 if faults else 0

@@ -1,4 +1,5 @@
-"""Whether ``auto`` drafting should use the draft model here, decided from step costs measured at load.
+"""Choices decided from step costs measured at load: whether ``auto`` drafting uses the draft model,
+and which model writes inline completions (``completionModel: auto``).
 
 Speculative decoding with draft length k, acceptance α and a draft that costs c target steps per token
 gives (1 − α^(k+1)) / (1 − α) tokens per round for 1 + k·c target steps (Leviathan et al. 2022, section
@@ -33,6 +34,9 @@ from decoding.kv_cache import KVCacheState
 log = logging.getLogger(__name__)
 
 MAX_DRAFT_COST = 0.2  # the draft model's step over the target's at most this: auto uses it
+#: A target step slower than this (ms): inline completions are written by the draft model (see
+#: :func:`draft_model_completes`).
+COMPLETION_STEP_MS = 150.0
 _CONTEXT_TOKENS = 128
 _REPEATS = 5
 
@@ -128,3 +132,24 @@ def draft_model_pays(target, draft) -> tuple[bool, str]:
               f"({costs.draft_ms:.1f} against {costs.target_ms:.1f} ms): auto drafts with "
               + ("the draft model and n-grams" if pays else f"n-grams only (the draft model pays below {MAX_DRAFT_COST})"))
     return pays, reason
+
+
+def draft_model_completes(target, draft) -> tuple[bool, str]:
+    """Whether the draft model, not the target, should write inline completions here
+    (``completionModel: auto``), and why (a sentence for the log).
+
+    A typist's next key comes 90-300 ms after the last (150-300 ms at a steady pace), and a suggestion
+    that arrives after it is thrown away. Where one target pass costs more than ``COMPLETION_STEP_MS``,
+    not even one verify pass fits between a steady typist's keys, the target's answers rarely come in
+    time, and the smaller model, drafting from n-grams, serves more: on a 2-core CPU (1.5B step 749 ms,
+    0.5B 472 ms) a steady typist took 39.7% of the characters from the 0.5B's suggestions against 15.4%
+    from the 1.5B's (``speclsp bench lsp --typist``, docs/performance.md#a-typist). On a GPU both steps
+    are a few tens of ms and the target writes them.
+    """
+    costs = measured_costs(target, draft)
+    uses = costs.target_ms > COMPLETION_STEP_MS and costs.draft_ms < costs.target_ms
+    reason = (f"a {target.name} step costs {costs.target_ms:.1f} ms here ({draft.name}: {costs.draft_ms:.1f} ms): "
+              + (f"inline completions are written by {draft.name} with n-gram drafts, next edits by {target.name} "
+                 f"(the target writes completions where its step is at most {COMPLETION_STEP_MS:.0f} ms)"
+                 if uses else f"{target.name} writes inline completions"))
+    return uses, reason

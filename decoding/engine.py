@@ -120,6 +120,22 @@ class Engine:
             log.info("%s", engine.auto_reason)
         return engine
 
+    def draft_as_target(self, notice: str | None = None) -> Engine:
+        """An engine whose target is this engine's draft model and which has no draft model: the same
+        weights in memory, its own KV caches, n-gram store and draft-length estimates (``auto`` drafts
+        from n-grams). For inline completions where the target is too slow
+        (:func:`decoding.drafter_choice.draft_model_completes`).
+
+        Raises:
+            ValueError: this engine has no draft model.
+        """
+        if self.draft is None:
+            raise ValueError("no draft model is loaded: there is no smaller model to write completions")
+        config = replace(self.config, model=self.draft.name, draft_model=NO_DRAFT)
+        engine = Engine(config, self.draft, None, notice if notice is not None else self.notice)
+        engine._thread = self._thread
+        return engine
+
     def claim_thread(self) -> None:
         """Make the calling thread the only one allowed to use this engine (the server's model thread
         calls this once it holds the engine; by default the thread that built it)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from decoding.types import FinishReason, Generation
+from decoding.types import FinishReason, Generation, GenerationConfig
 from lsp_server.backends.base import GenerationBackend
 from lsp_server.completion_mode import Mode, decide_mode
 from lsp_server.workspace.documents import Document
@@ -44,6 +44,8 @@ class Completion:
     generation: Generation
     mode: Mode
     ms: dict[str, float] = field(default_factory=dict)  # prompt, engine (the whole generate call), postprocess
+    config: GenerationConfig | None = None  # what the generation was asked for (its plain replay, bench/replay.py)
+    model: str = ""  # the target that wrote it
 
 
 def postprocess(text: str, prompt: Prompt, mode: Mode, language_id: str,
@@ -136,7 +138,7 @@ def complete(
     t2 = time.perf_counter()
     insert_text = postprocess(generation.text, prompt, mode, document.language_id, generation.finish_reason, window)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
-    return Completion(insert_text, prompt, generation, mode, ms)
+    return Completion(insert_text, prompt, generation, mode, ms, config, backend.describe().target)
 
 
 @dataclass

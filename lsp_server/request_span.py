@@ -54,7 +54,8 @@ class RequestSpan:
 
     def log(self, status: str, queue_ms: float = 0.0) -> None:
         """End a request that gets no answer: its line now, with ``status``."""
-        self.tracer.request(self.request_id, self.method, self.uri, self.position, status=status, queue_ms=queue_ms)
+        self.tracer.request(self.request_id, self.method, self.uri, self.position, status=status, queue_ms=queue_ms,
+                            msg_id=self.msg_id)
 
     def done(self, status: str, result: object | None = None, queue_ms: float = 0.0) -> None:
         """End an answered request with ``status`` and, for a model's answer, its result (a completion or
@@ -71,6 +72,6 @@ class RequestSpan:
                 rpc_ms = (1000 * (started - received), 1000 * (responded - ended))
                 total_ms = 1000 * (responded - received)
         self.tracer.request(self.request_id, self.method, self.uri, self.position, status=status, queue_ms=queue_ms,
-                            completion=result, total_ms=total_ms, rpc_ms=rpc_ms)
+                            completion=result, total_ms=total_ms, rpc_ms=rpc_ms, msg_id=self.msg_id)
         if self.on_done is not None and result is not None and status == "ok":
             self.on_done(total_ms, result)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from lsp_server.backends.base import GenerationBackend, LoadedModels
+from lsp_server.backends.base import ROLE_COMPLETION, ROLE_NEXT_EDIT, ROLES, GenerationBackend, LoadedModels
 from lsp_server.completer import Completion, Rewrite, complete, prepare_prompt, rewrite
 from lsp_server.workspace.documents import Document
 from lsp_server.draft_sources import DraftSources
@@ -31,8 +31,6 @@ from lsp_server.related_files import context_documents
 from lsp_server.request import CompletionRequest, after_enter
 from lsp_server.syntax import parser_for
 
-ROLE_COMPLETION, ROLE_NEXT_EDIT = "completion", "nextEdit"  # the backend roles
-ROLES = (ROLE_COMPLETION, ROLE_NEXT_EDIT)
 NEXT_LINE_IDLE_S = 0.25  # the model thread idle this long after an answer at a line's end: prepare the next line
 #: What the worker may run (:meth:`lsp_server.worker.ModelWorker.run`); nothing hands a backend out.
 OPERATIONS = frozenset({"complete", "rewrite", "prefill", "prepare_next_line", "document_opened", "document_changed", "document_closed",
@@ -79,8 +77,14 @@ class ModelSession:
             backend.claim_thread()
 
     def describe(self) -> LoadedModels:
-        """What the completion backend serves, for the status and the logs."""
-        return self.backends[ROLE_COMPLETION].describe()
+        """What the completion backend serves, for the status and the logs; ``next_edit`` names the
+        next-edit backend's models where that is another backend."""
+        loaded = self.backends[ROLE_COMPLETION].describe()
+        next_edit = self.backends[ROLE_NEXT_EDIT]
+        if next_edit is self.backends[ROLE_COMPLETION]:
+            return loaded
+        other = next_edit.describe()
+        return replace(loaded, next_edit=f"target={other.target}, draft={other.draft}")
 
     # Requests
     def complete(self, request: CompletionRequest, other_documents: list[Document] = (),

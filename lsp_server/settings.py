@@ -30,7 +30,7 @@ from decoding.types import (
     GenerationConfig,
     SamplingParams,
 )
-from lsp_server.backends.loading import BACKENDS, LOCAL, BackendConfig, RemoteConfig
+from lsp_server.backends.loading import BACKENDS, COMPLETION_MODELS, LOCAL, BackendConfig, RemoteConfig
 from lsp_server.workspace.repo_index import IndexConfig
 
 if TYPE_CHECKING:
@@ -72,6 +72,11 @@ class Settings:
         "none", "Weights of the target's and the draft's linear layers: none (as dtype), int8 or int4 (torchao, "
         "CPU only; pip install 'speclsp[quantization]'). Speculative output stays equal to plain decoding of "
         "the same quantized model.", cli=True, enum=list(QUANTIZATIONS))
+    completion_model: str = _setting(
+        "auto", "Which loaded model writes inline completions: target, draft (the draft model, drafting from "
+        "n-grams; next edits stay with the target), or auto: the draft model where a target step is too slow "
+        "for a typist (over 150 ms, measured at load: a 2-core CPU), else the target. Local engine only.",
+        enum=list(COMPLETION_MODELS))
     trust_remote_code: bool = _setting(False, "Run a model repository's own Python code. Off unless you trust "
                                        "the repository.", cli=True)
     drafter: str = _setting("auto", "Draft source: auto (chosen per round by expected gain: n-gram lookup, staged or "
@@ -160,7 +165,7 @@ class Settings:
         remote = None
         if self.backend != LOCAL:
             remote = RemoteConfig(self.endpoint, self.remote_model, self.api_key_env, self.remote_timeout_seconds)
-        return BackendConfig(self.backend, self.engine_config(), remote)
+        return BackendConfig(self.backend, self.engine_config(), remote, self.completion_model)
 
     def index_config(self) -> IndexConfig | None:
         """What the repository index depends on (``None``: no index); a change here re-indexes."""

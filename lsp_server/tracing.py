@@ -128,10 +128,15 @@ class Tracer:
 
     def request(self, request_id: int, method: str, uri: str, position: types.Position, status: str,
                 queue_ms: float = 0.0, completion=None, total_ms: float = 0.0,
-                rpc_ms: tuple[float, float] = (0.0, 0.0)) -> dict:
+                rpc_ms: tuple[float, float] = (0.0, 0.0), msg_id: object = None) -> dict:
         """Trace one answered request; returns the record (without code text).
 
+        At verbose level the trace file's record also holds what a plain replay of the completion needs
+        (``replay``: the target, prompt and output token ids, the generation's stops and healing text;
+        ``bench/replay.py``), code as token ids, so it stays out of the client's ``$/logTrace``.
+
         Args:
+            msg_id: the request's JSON-RPC id (the client's name for it), kept in the record.
             total_ms: the whole request in the server, milliseconds.
             rpc_ms: (``rpc_in``, ``rpc_out``) milliseconds: from reading the request to the handler's
                 start, and from its end to the answer written.
@@ -139,6 +144,8 @@ class Tracer:
         name = self._names(uri)
         record: dict = {"time": round(time.time(), 3), "id": request_id, "method": method, "file": name,
                         "line": position.line, "character": position.character, "status": status}
+        if isinstance(msg_id, (int, str)):
+            record["msg_id"] = msg_id
         parts = [f"[speclsp] req={request_id} {method} {name}:{position.line}:{position.character} {status}"]
         if completion is not None:
             stats = completion.generation.stats
@@ -180,9 +187,22 @@ class Tracer:
             self._send_trace(types.LogTraceParams(
                 message=summary, verbose=json.dumps(detailed) if level == VERBOSE else None))
         if self._file is not None:
+            if level == VERBOSE and getattr(completion, "config", None) is not None:
+                detailed["replay"] = replay_record(completion)
             try:
                 self._file.write(json.dumps(detailed if level == VERBOSE else record) + "\n")
                 self._file.flush()
             except OSError as exc:
                 log.warning("trace file write failed: %s", exc)
         return record
+
+
+def replay_record(completion) -> dict:
+    """What plain decoding needs to replay ``completion`` (a :class:`lsp_server.completer.Completion`):
+    its target, prompt and output token ids and the generation's stops, length cap and healing text."""
+    config = completion.config
+    return {"model": completion.model, "prompt_ids": list(completion.prompt.prompt_ids),
+            "output_ids": list(completion.generation.token_ids), "required_prefix": config.required_prefix,
+            "max_new_tokens": config.max_new_tokens, "stop_strings": list(config.stop_strings),
+            "stop_token_ids": sorted(config.stop_token_ids) if config.stop_token_ids is not None else None,
+            "temperature": config.sampling.temperature}

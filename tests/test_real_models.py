@@ -177,7 +177,10 @@ async def real_client(lsp_client: LanguageClient, real_dirs):
 
 async def test_lsp_inline_completion_on_held_out_code_parses_when_inserted(real_client: LanguageClient):
     ready = [m.message for m in real_client.log_messages if "models ready" in m.message]
-    assert f"target={TARGET}" in ready[0] and f"draft={DRAFT}" in ready[0]
+    if "next edits:" in ready[0]:  # completionModel auto chose the 0.5B for completions (a slow CPU)
+        assert f"target={DRAFT}" in ready[0] and f"next edits: target={TARGET}, draft={DRAFT}" in ready[0]
+    else:
+        assert f"target={TARGET}" in ready[0] and f"draft={DRAFT}" in ready[0]
     assert not real_client.messages, f"no warning with the packs installed: {real_client.messages}"
     document, position, label = held_out_places()[0]
     real_client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(

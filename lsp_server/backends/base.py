@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 LOCAL, OPENAI, LLAMACPP_INFILL = "local", "openai", "llamacpp-infill"
 BACKENDS = (LOCAL, OPENAI, LLAMACPP_INFILL)
+ROLE_COMPLETION, ROLE_NEXT_EDIT = "completion", "nextEdit"  # what a backend serves (lsp_server.session)
+ROLES = (ROLE_COMPLETION, ROLE_NEXT_EDIT)
+#: ``completionModel``: which local model writes inline completions (:func:`lsp_server.backends.loading.load_backend`).
+COMPLETION_MODELS = ("auto", "target", "draft")
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class LoadedModels:
     device: str  # "cuda:0", "cpu"... or the remote endpoint
     dtype: str
     notice: str | None  # for the user, e.g. the real models are missing and the starter pair runs
+    next_edit: str = ""  # where another backend writes next edits: its models and why ("": this one)
 
 
 class BackendError(Exception):

@@ -1,6 +1,10 @@
 """Which backend the settings name, and building it on the model thread (:func:`load_backend`).
 
 * ``local``: the speculative engine loads the target and draft models (:meth:`decoding.engine.Engine.load`).
+  Inline completions are written by the target, or by the draft model as a target of its own (its
+  weights shared, drafting from n-grams) while next edits stay with the pair: ``completion_model``
+  ``draft``, or ``auto`` where a target step is too slow for a typist
+  (:func:`decoding.drafter_choice.draft_model_completes`). Then the loader returns a backend per role.
 * ``openai`` / ``llamacpp-infill``: no model is loaded; generation goes to a remote serving engine
   (:mod:`lsp_server.backends.openai`, :mod:`lsp_server.backends.llamacpp_infill`). The prompt is still
   ours, budgeted in tokens and rendered in the model's FIM format, so the model's own tokenizer is
@@ -12,19 +16,25 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from decoding.types import EngineConfig
 from lsp_server.backends.base import (
     BACKENDS,
+    COMPLETION_MODELS,
     LLAMACPP_INFILL,
     LOCAL,
     OPENAI,
+    ROLE_COMPLETION,
+    ROLE_NEXT_EDIT,
     RemoteConfig,
 )
 
-__all__ = ["BACKENDS", "LLAMACPP_INFILL", "LOCAL", "OPENAI", "BackendConfig", "RemoteConfig", "load_backend"]
+log = logging.getLogger(__name__)
+
+__all__ = ["BACKENDS", "COMPLETION_MODELS", "LLAMACPP_INFILL", "LOCAL", "OPENAI", "BackendConfig", "RemoteConfig", "load_backend"]
 
 @dataclass(frozen=True)
 class BackendConfig:
@@ -33,22 +43,35 @@ class BackendConfig:
     kind: str = LOCAL  # one of BACKENDS
     engine: EngineConfig = field(default_factory=EngineConfig)  # the local models; for a remote backend, ``model`` names the tokenizer
     remote: RemoteConfig | None = None  # for a remote backend
+    completion_model: str = "target"  # local: auto, target or draft (see the module docstring)
 
 
 def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str], None] | None = None):
-    """The backend ``config`` names (an :class:`EngineConfig` alone: the local engine).
+    """The backend ``config`` names (an :class:`EngineConfig` alone: the local engine), or
+    ``{role: backend}`` where inline completions and next edits are written by different local models.
 
     Raises:
         decoding.errors.ModelLoadError: a local model, or a remote backend's tokenizer, cannot load.
-        ValueError: an unknown backend, or a remote one without an endpoint or with a malformed one.
+        ValueError: an unknown backend or ``completion_model``, a remote one without an endpoint or with a
+            malformed one, or ``completion_model`` ``draft`` without a draft model.
     """
     if isinstance(config, EngineConfig):
         config = BackendConfig(engine=config)
+    if config.completion_model not in COMPLETION_MODELS:
+        raise ValueError(f"unknown completion model {config.completion_model!r}; use one of {', '.join(COMPLETION_MODELS)}")
     if config.kind == LOCAL:  # torch and the engine load only here: a remote backend never imports them
+        from decoding.drafter_choice import draft_model_completes
         from decoding.engine import Engine
         from lsp_server.backends.local import LocalBackend
 
-        return LocalBackend(Engine.load(config.engine, on_stage))
+        engine = Engine.load(config.engine, on_stage)
+        by_draft, choice = config.completion_model == "draft", config.completion_model
+        if choice == "auto" and engine.draft is not None:
+            by_draft, reason = draft_model_completes(engine.target, engine.draft)
+            log.info("%s", reason)
+        if not by_draft:
+            return LocalBackend(engine)
+        return {ROLE_COMPLETION: LocalBackend(engine.draft_as_target()), ROLE_NEXT_EDIT: LocalBackend(engine)}
     if config.kind not in BACKENDS:
         raise ValueError(f"unknown backend {config.kind!r}; use one of {', '.join(BACKENDS)}")
     if config.remote is None or not config.remote.endpoint:

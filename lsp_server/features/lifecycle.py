@@ -67,6 +67,8 @@ async def load_models(ls: SpeclspServer) -> None:
     if state == READY:
         loaded = ls.worker.loaded
         message = f"models ready: target={loaded.target} on {loaded.device} ({loaded.dtype}), draft={loaded.draft}"
+        if loaded.next_edit:
+            message += f"; next edits: {loaded.next_edit}"
         ls.status.model_state("ready", message, loaded.target, loaded.draft, loaded.device)
         for document in ls.store.all():  # opened before these models: tokenised ahead in the new session too
             ls.pipeline.document_opened(document)

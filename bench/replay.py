@@ -1,0 +1,78 @@
+"""Plain replays of the completions a server answered: is each one plain decoding of its own prompt?
+
+The server's trace file at ``traceLevel: verbose`` holds, per answered completion, what a replay needs
+(``replay``: the target, the prompt and output token ids, the stops, the length cap and the token-healing
+text; :func:`lsp_server.tracing.replay_record`). :func:`check_replays` decodes each prompt again with
+``--drafter none`` (the target alone, one token a step, under the same healing constraint) and compares
+token for token. Where the two part, it measures whether that lies within the kernel noise of the
+target's dtype (:func:`bench.decode.divergence_within_noise`: a verify pass over several tokens and
+one-token steps compute the logits differently; in bfloat16 by up to whole logits, docs/exactness.md).
+A parting outside that noise is a fault of ours.
+
+Greedy answers only: a sampled answer has no single plain output to equal (the statistical tier,
+``tests/test_sampling_exactness.py``, checks sampling).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+
+from decoding.types import DEFAULT_MAX_DRAFT_TOKENS, EngineConfig, GenerationConfig
+
+
+def plain_config(replay: dict) -> GenerationConfig:
+    """The generation ``replay`` recorded, capped at its own output's length (a deadline or a cancelled
+    round cut it there; plain decoding must agree up to that point)."""
+    stop_ids = replay.get("stop_token_ids")
+    return GenerationConfig(max_new_tokens=max(1, len(replay["output_ids"])),
+                            stop_strings=tuple(replay.get("stop_strings") or ()),
+                            stop_token_ids=frozenset(stop_ids) if stop_ids is not None else None,
+                            required_prefix=replay.get("required_prefix", ""))
+
+
+def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto",
+                  chunk: int = DEFAULT_MAX_DRAFT_TOKENS + 1) -> dict:
+    """Replay every greedy ``replay`` record with plain decoding of its target.
+
+    Args:
+        replays: ``replay`` records of a verbose trace file.
+        device, dtype: as the server ran (``auto``: the same choice the server made on this machine).
+        chunk: the verify pass length the noise is measured with (the longest draft plus the bonus token).
+    Returns:
+        ``{"checked", "identical", "within_noise", "outside_noise", "skipped", "max_noise_logits",
+        "partings": [{"model", "token", "lead", "noise"}]}``; ``outside_noise`` must be 0.
+    Raises:
+        decoding.errors.ModelLoadError: a recorded target cannot be loaded here.
+    """
+    from bench.decode import divergence_within_noise
+    from decoding.engine import Engine
+
+    by_model: dict[str, list[dict]] = defaultdict(list)
+    summary = {"checked": 0, "identical": 0, "within_noise": 0, "outside_noise": 0, "skipped": 0,
+               "max_noise_logits": 0.0, "partings": []}
+    for replay in replays:
+        if replay.get("temperature", 0.0) > 0 or not replay.get("output_ids"):
+            summary["skipped"] += 1
+        else:
+            by_model[replay["model"]].append(replay)
+    for model, records in by_model.items():
+        engine = Engine.load(EngineConfig(model=model, draft_model="none", device=device, dtype=dtype))
+        for number, replay in enumerate(records, 1):
+            prompt, output = replay["prompt_ids"], replay["output_ids"]
+            plain = engine.generate(prompt, plain_config(replay), "none", cache_key="replay").token_ids
+            summary["checked"] += 1
+            if plain == output:
+                summary["identical"] += 1
+                continue
+            within, lead, noise = divergence_within_noise(engine, prompt, plain, output, chunk)
+            summary["within_noise" if within else "outside_noise"] += 1
+            if noise == noise:  # not NaN
+                summary["max_noise_logits"] = max(summary["max_noise_logits"], noise)
+            token = next((i for i, (a, b) in enumerate(zip(plain, output)) if a != b), min(len(plain), len(output)))
+            summary["partings"].append({"model": model, "token": token, "lead": lead, "noise": noise,
+                                        "within_noise": within})
+            print(f"[replay] {model} {number}/{len(records)}: parts at token {token} (lead {lead:.3f}, noise "
+                  f"{noise:.3f}): {'within' if within else 'OUTSIDE'} the noise", file=sys.stderr)
+        del engine
+    return summary

@@ -1,0 +1,66 @@
+"""``completionModel``: inline completions written by the draft model as a target of its own where the
+target is too slow for a typist, next edits by the pair (lsp_server/backends/loading.py,
+decoding/drafter_choice.py:draft_model_completes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from decoding import drafter_choice
+from decoding.engine import Engine, EngineConfig, GenerationConfig
+from lsp_server.backends.base import ROLE_COMPLETION, ROLE_NEXT_EDIT
+from lsp_server.backends.loading import BackendConfig, load_backend
+from lsp_server.session import ModelSession
+
+pytestmark = pytest.mark.model
+
+STARTER = EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="float32")
+
+
+def measured(monkeypatch, target_ms: float, draft_ms: float) -> None:
+    monkeypatch.setattr(drafter_choice, "measured_costs",
+                        lambda target, draft: drafter_choice.StepCosts(target_ms, draft_ms, "test"))
+
+
+def test_draft_writes_completions_with_the_same_weights_and_the_pair_writes_next_edits():
+    backends = load_backend(BackendConfig(engine=STARTER, completion_model="draft"))
+    completion, next_edit = backends[ROLE_COMPLETION].engine, backends[ROLE_NEXT_EDIT].engine
+    assert completion.target.model is next_edit.draft.model  # shared weights, not a second copy
+    assert completion.draft is None and next_edit.target.name == "starter"
+    assert completion._caches is not next_edit._caches and completion.sources is not next_edit.sources
+    loaded = ModelSession(backends).describe()
+    assert (loaded.target, loaded.draft) == ("starter-draft", "none")
+    assert loaded.next_edit == "target=starter, draft=starter-draft"
+
+
+def test_the_draft_engine_is_exact_for_its_own_model():
+    """Speculative greedy output of the draft-as-target engine equals plain greedy decoding of that model."""
+    engine = Engine.load(STARTER).draft_as_target()
+    prompt = engine.tokenizer.encode("def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return")
+    config = GenerationConfig(max_new_tokens=40)
+    plain = engine.generate(prompt, config, "none", cache_key="plain")
+    for mode in ("ngram", "auto", "tree"):
+        assert engine.generate(prompt, config, mode, cache_key=mode).token_ids == plain.token_ids, mode
+
+
+@pytest.mark.parametrize(("target_ms", "draft_ms", "by_draft"),
+                         [(749.1, 471.5, True), (252.0, 82.0, True), (140.0, 50.0, False), (300.0, 320.0, False)])
+def test_auto_chooses_the_draft_model_only_where_a_target_step_is_too_slow(monkeypatch, target_ms, draft_ms, by_draft):
+    measured(monkeypatch, target_ms, draft_ms)
+    backends = load_backend(BackendConfig(engine=STARTER, completion_model="auto"))
+    assert isinstance(backends, dict) is by_draft
+    pair = (backends[ROLE_NEXT_EDIT] if by_draft else backends).engine
+    uses, reason = drafter_choice.draft_model_completes(pair.target, pair.draft)
+    assert uses is by_draft and f"{target_ms:.1f} ms" in reason
+
+
+def test_target_keeps_one_backend_and_draft_without_a_draft_model_is_refused(monkeypatch):
+    measured(monkeypatch, 749.1, 471.5)
+    backend = load_backend(BackendConfig(engine=STARTER, completion_model="target"))
+    assert not isinstance(backend, dict) and backend.engine.target.name == "starter"
+    alone = EngineConfig(model="starter", draft_model="none", device="cpu", dtype="float32")
+    assert not isinstance(load_backend(BackendConfig(engine=alone, completion_model="auto")), dict)
+    with pytest.raises(ValueError, match="no draft model"):
+        load_backend(BackendConfig(engine=alone, completion_model="draft"))
+    with pytest.raises(ValueError, match="unknown completion model"):
+        load_backend(BackendConfig(engine=STARTER, completion_model="small"))
