@@ -60,9 +60,10 @@ from bench.workloads import WORKLOADS, workloads
 from decoding.draft_length import DraftLengthPolicy
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
-from decoding.kv_cache import KVCacheState
+from decoding.kv_cache import cache_state
 from decoding.model_packs import PACKS
 from decoding.quantization import QUANTIZATIONS
+from decoding.types import ENGINES
 
 OURS = ("none", "ngram", "tree", "model", "staged", "auto")
 THEIRS = ("hf_plain", "hf_prompt_lookup", "hf_assisted")
@@ -139,7 +140,7 @@ def replay_logits(model, prompt: list[int], output: list[int], chunk: int) -> to
     Returns:
         ``(len(output), V)`` float32 logits.
     """
-    state = KVCacheState(model)
+    state = cache_state(model)
     if len(prompt) > 1:
         state.forward(prompt[:-1], logits_to_keep=1)
     fed = prompt[-1:] + output[:-1]
@@ -320,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
 
         return _emit(cost(args.cost_shapes.split(","), str(resolve_device(args.device))), args.out, "cost.json")
     engine = Engine.load(EngineConfig(model=args.model, draft_model=args.draft_model, device=args.device,
-                                      dtype=args.dtype, quantization=args.quantization))
+                                      dtype=args.dtype, quantization=args.quantization, engine=args.engine))
     if args.step_cost:
         from bench.step_cost import step_costs
 
@@ -373,6 +374,8 @@ def add_parser(kinds) -> None:
     decode.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {', '.join(WORKLOADS)}")
     decode.add_argument("--device", default="auto")
     decode.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (see decoding.loading)")
+    decode.add_argument("--engine", default="torch", choices=ENGINES,
+                        help="what runs the passes: torch, or llama.cpp on the GGUF weights (decoding.llama_cpp_model)")
     decode.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
                         help="weights of target and draft: none, int8 or int4 (torchao, CPU; decoding.quantization)")
     decode.add_argument("--methods", default="default",
@@ -392,7 +395,8 @@ def add_parser(kinds) -> None:
     decode.add_argument("--cost", action="store_true",
                         help="instead: verify(k)/decode(1) for random-init models of real shapes (DIR/cost.json)")
     decode.add_argument("--step-cost", action="store_true",
-                        help="instead: ms of a 1-token step and of 8- and 16-token verify passes after a 500-token "
-                             "prompt, for the loaded target and draft (with --dtype/--quantization; DIR/step_cost.json)")
+                        help="instead: ms of a pass over 1, 2, 4, 8, 16, 32 tokens and of 128- and 512-token prefill "
+                             "pieces after a 500-token prompt, for the loaded target and draft (with "
+                             "--dtype/--quantization/--engine; DIR/step_cost.json)")
     decode.add_argument("--cost-shapes", default=",".join(QWEN_SHAPES), help="shapes for --cost")
     decode.set_defaults(run=run)

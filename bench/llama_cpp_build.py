@@ -13,6 +13,9 @@ Cache layout (root: :func:`decoding.gguf_models.cache_root`)::
 
 A build runs in a temporary sibling directory renamed into place when complete, under a file lock, so
 a killed build is never taken for a done one. It is a benchmark peer, not a runtime dependency.
+
+:func:`install_binding` installs llama-cpp-python (the same llama.cpp as a Python binding, for the
+``engine: llama.cpp`` setting) into the running Python with the same instruction-set flags.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ CMAKE_FLAGS = (
     "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
     "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN")
 STAMP = "build.json"
+#: llama.cpp as a Python binding: the kernels of the ``engine: llama.cpp`` setting (decoding/llama_cpp_model.py).
+BINDING = "llama-cpp-python==0.3.36"
+#: The same instruction sets; only the library the binding loads (no tools, examples, server or llava).
+BINDING_CMAKE_FLAGS = (*(flag for flag in CMAKE_FLAGS if "RPATH" not in flag), "-DLLAVA_BUILD=OFF",
+                       "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF")
 
 Stage = Callable[[str], None]
 
@@ -167,7 +175,7 @@ def _compile(source: Path, build: Path, say: Stage) -> None:
          build.parent / "compile.log", "compiling llama.cpp", say)
 
 
-def _run(command: list[str], log_path: Path, what: str, say: Stage | None = None) -> None:
+def _run(command: list[str], log_path: Path, what: str, say: Stage | None = None, env: dict | None = None) -> None:
     """Run ``command`` with its output in ``log_path``; ``say`` gets Ninja's progress every 10 %.
 
     Raises:
@@ -176,7 +184,7 @@ def _run(command: list[str], log_path: Path, what: str, say: Stage | None = None
     tenth = -1
     try:
         with open(log_path, "w", buffering=1) as log, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                          text=True, errors="replace") as process:
+                                                          text=True, errors="replace", env=env) as process:
             for line in process.stdout:
                 log.write(line)
                 progress = re.match(r"\[(\d+)/(\d+)\]", line)
@@ -189,3 +197,30 @@ def _run(command: list[str], log_path: Path, what: str, say: Stage | None = None
     if returncode != 0:
         tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-30:])
         raise PeerBuildError(f"{what} failed (exit {returncode}): {' '.join(command)}\n{tail}")
+
+
+def install_binding(on_stage: Stage | None = None) -> str:
+    """Install :data:`BINDING` into this Python, compiled with :data:`BINDING_CMAKE_FLAGS` (pip's own
+    default build is native, which dies with SIGILL on these VMs); nothing to do when that version is
+    installed. Returns what was done, for the log.
+
+    Raises:
+        PeerBuildError: pip failed (with the last lines of its output).
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    say = on_stage or _say
+    name, pinned = BINDING.split("==")
+    try:
+        if version(name) == pinned:
+            return f"{BINDING} already installed"
+    except PackageNotFoundError:
+        pass
+    jobs = os.cpu_count() or 1
+    say(f"installing {BINDING} (it compiles llama.cpp: about 17 CPU-minutes) with {' '.join(BINDING_CMAKE_FLAGS)}")
+    env = {**os.environ, "CMAKE_ARGS": " ".join(BINDING_CMAKE_FLAGS), "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs)}
+    with tempfile.TemporaryDirectory() as work:
+        log_path = Path(work) / "pip.log"
+        started = time.perf_counter()
+        _run([sys.executable, "-m", "pip", "install", BINDING], log_path, f"installing {BINDING}", env=env)
+    return f"{BINDING} installed in {time.perf_counter() - started:.0f} s"

@@ -1,6 +1,7 @@
 """``speclsp bench peers``: build llama.cpp (the benchmark peer), say what is built, and a smoke run.
 
-``--build`` builds it once into the cache (or reports the cached build); ``--status`` lists the build
+``--build`` builds it once into the cache (or reports the cached build) and installs llama-cpp-python
+(the ``engine: llama.cpp`` setting's kernels) when it is not installed; ``--status`` lists the build
 and the assembled GGUF files; ``--smoke`` runs one greedy completion of a fixed code prompt on the
 1.5B pack with llama.cpp plain, with its n-gram speculation and with the 0.5B as draft model, and
 prints tokens/s and drafted/accepted tokens. Results go to stdout, progress to stderr.
@@ -13,6 +14,7 @@ import json
 import sys
 
 from bench import llama_cpp
+from bench.llama_cpp_build import BINDING, install_binding
 from bench.decode_peers import LLAMA_METHODS
 from decoding.model_packs import PACKS
 
@@ -38,7 +40,9 @@ def add_parser(kinds) -> None:
     """Register ``speclsp bench peers`` on the ``bench`` command's subparsers object."""
     peers = kinds.add_parser("peers", help="llama.cpp, the benchmark peer: build it, its status, a smoke run")
     action = peers.add_mutually_exclusive_group(required=True)
-    action.add_argument("--build", action="store_true", help=f"build llama.cpp {llama_cpp.VERSION} once (cached)")
+    action.add_argument("--build", action="store_true",
+                        help=f"build llama.cpp {llama_cpp.VERSION} once (cached), and install {BINDING} (the "
+                             "llama.cpp engine's kernels) into this Python with the same instruction-set flags")
     action.add_argument("--status", action="store_true", help="what is built and which GGUF files are assembled")
     action.add_argument("--smoke", action="store_true",
                         help=f"one greedy completion on {TARGET}: plain, ngram-simple, draft-simple ({DRAFT})")
@@ -52,7 +56,9 @@ def add_parser(kinds) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.build:
         directory = llama_cpp.build(force=args.force)
-        _print({"built": str(directory), "stamp": json.loads((directory / llama_cpp.STAMP).read_text())}, args.json)
+        binding = install_binding()
+        _print({"built": str(directory), "stamp": json.loads((directory / llama_cpp.STAMP).read_text()),
+                "binding": binding}, args.json)
         return 0
     if args.status:
         _print(status(), args.json)

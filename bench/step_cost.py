@@ -1,11 +1,12 @@
 """``speclsp bench decode --step-cost``: what one pass of the loaded target and draft costs on this machine.
 
 For each model of the engine (target, then draft): after a prefill of ``context`` random tokens, the
-wall time (ms) of one pass over 1 token (a plain decoding step) and over k tokens (a verify pass, k in
-:data:`VERIFY_TOKENS`), each the median of ``repeats`` passes; the cache is cut back to the prefill
-after every pass, and the lengths are interleaved (1, 8, 16, 1, 8, 16...) so that other load on the
+wall time (ms) of one pass over 1 token (a plain decoding step), over k tokens (a verify pass, k in
+:data:`VERIFY_TOKENS`) and over a prefill piece (:data:`PREFILL_TOKENS`), each the median of ``repeats``
+passes; the cache is cut back to the prefill
+after every pass, and the lengths are interleaved (1, 2, ..., 512, 1, 2, ...) so that other load on the
 machine spreads over all of them. Also the bytes of the model's weights (quantised weights count
-their packed bytes). Run it once per ``--dtype`` / ``--quantization`` to compare them.
+their packed bytes). Run it once per ``--dtype`` / ``--quantization`` / ``--engine`` to compare them.
 ``speclsp bench decode --cost`` (:func:`cost`): the same ratios for random-init models with the shapes
 of real ones (weights do not matter for timing), where the real weights are not installed.
 A measurement command, not a test: it times this machine.
@@ -20,13 +21,18 @@ import time
 import torch
 
 from decoding.engine import Engine
-from decoding.kv_cache import KVCacheState
+from decoding.kv_cache import cache_state
 
-VERIFY_TOKENS = (8, 16)
+VERIFY_TOKENS = (2, 4, 8, 16, 32)  # tokens per verify pass
+PREFILL_TOKENS = (128, 512)  # a prefill piece after the context
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of ``model``'s parameters as stored (a torchao tensor: the sum of its inner tensors)."""
+    """Bytes of ``model``'s parameters as stored (a torchao tensor: the sum of its inner tensors; a
+    llama.cpp model: its GGUF file)."""
+    path = getattr(model, "path", None)
+    if path is not None and not isinstance(model, torch.nn.Module):
+        return path.stat().st_size
     total, seen = 0, set()
     for param in model.parameters():
         if id(param) in seen:  # tied weights count once
@@ -46,9 +52,9 @@ def pass_costs(model: torch.nn.Module, vocab_size: int, context: int, repeats: i
     """ms of each pass over k tokens (k = 1 and :data:`VERIFY_TOKENS`) after a ``context``-token prefill."""
     generator = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, vocab_size, (context,), generator=generator).tolist()
-    state = KVCacheState(model)
+    state = cache_state(model)
     state.forward(prompt, logits_to_keep=1)
-    times: dict[int, list[float]] = {k: [] for k in (1, *VERIFY_TOKENS)}
+    times: dict[int, list[float]] = {k: [] for k in (1, *VERIFY_TOKENS, *PREFILL_TOKENS)}
     for _ in range(repeats):
         for k, samples in times.items():
             tokens = torch.randint(0, vocab_size, (k,), generator=generator).tolist()
@@ -74,6 +80,8 @@ def step_costs(engine: Engine, context: int = 500, repeats: int = 7, seed: int =
             **{f"verify{k}_ms": round(medians[k], 1) for k in VERIFY_TOKENS},
             **{f"verify{k}_ms_min": round(min(times[k]), 1) for k in VERIFY_TOKENS},
             **{f"verify{k}_ratio": round(medians[k] / medians[1], 2) for k in VERIFY_TOKENS},
+            **{f"prefill{k}_ms": round(medians[k], 1) for k in PREFILL_TOKENS},
+            "engine": engine.config.engine,
             "samples_ms": {str(k): [round(t, 1) for t in v] for k, v in times.items()},
         })
         print(f"step cost: {role} {loaded.name} done", file=sys.stderr)

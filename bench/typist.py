@@ -252,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
     if args.llama:
         from bench.llama_cpp import LlamaServer, gguf_path
 
-        model = args.model if args.model != "auto" else "qwen2.5-coder-1.5b"
+        model = getattr(args, "llama_model", "") or (args.model if args.model != "auto" else "qwen2.5-coder-1.5b")
         llama = LlamaServer(gguf_path(model), threads=2).start()
     try:
         for pace in args.paces.split(","):

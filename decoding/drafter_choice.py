@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from decoding.gguf_models import cache_root
-from decoding.kv_cache import KVCacheState
+from decoding.kv_cache import cache_state, logits_width
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,11 @@ def _cpu_name() -> str:
 
 
 def cost_key(target_name: str, draft_name: str, model: torch.nn.Module) -> str:
-    """What the costs depend on: the pair, device, dtype, the CPU (or GPU) and its threads, torch."""
+    """What the costs depend on: the pair, the kind of model (transformers' class or llama.cpp's), device,
+    dtype, the CPU (or GPU) and its threads, torch."""
     device = model.device
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
-    return "|".join((target_name, draft_name, str(device), str(model.dtype), hardware,
+    return "|".join((target_name, draft_name, type(model).__name__, str(device), str(model.dtype), hardware,
                      f"threads={torch.get_num_threads()}", f"torch={torch.__version__}"))
 
 
@@ -78,9 +79,9 @@ def _step_ms(models: list[torch.nn.Module]) -> list[float]:
     """The median one-token pass (ms) of each model after a prefill of ``_CONTEXT_TOKENS`` tokens; the
     models' passes are interleaved, so other load on the machine falls on all of them alike."""
     generator = torch.Generator().manual_seed(0)
-    vocab = min(1000, *(model.get_output_embeddings().weight.shape[0] for model in models))
+    vocab = min(1000, *(logits_width(model) for model in models))
     context = [int(i) for i in torch.randint(0, vocab, (_CONTEXT_TOKENS + 1,), generator=generator)]
-    states = [KVCacheState(model) for model in models]
+    states = [cache_state(model) for model in models]
     for state in states:
         state.prefill(context)
     times: list[list[float]] = [[] for _ in models]

@@ -37,7 +37,7 @@ from decoding.drafters.region import REGION_SOURCE, RegionDrafter
 from decoding.drafters.staged import StagedDrafter
 from decoding.drafters.switching import SwitchingDrafter
 from decoding.generate import SpeculativeGenerator
-from decoding.kv_cache import KVCacheState
+from decoding.kv_cache import KVCacheState, cache_state
 from decoding.loading import LoadedModel, check_draft_compatible, load_model
 from decoding.model_names import NO_DRAFT, resolve_pair
 
@@ -106,13 +106,13 @@ class Engine:
         if on_stage:
             on_stage(f"loading target model {pair.target}")
         target = load_model(pair.target, config.device, config.dtype, config.trust_remote_code, on_stage,
-                            config.quantization)
+                            config.quantization, config.engine)
         draft = None
         if pair.draft != NO_DRAFT:
             if on_stage:
                 on_stage(f"loading draft model {pair.draft}")
             draft = load_model(pair.draft, str(target.model.device), config.dtype, config.trust_remote_code, on_stage,
-                               config.quantization)
+                               config.quantization, config.engine)
             check_draft_compatible(target, draft)
         engine = cls(config, target, draft, pair.notice)
         if draft is not None:
@@ -216,6 +216,9 @@ class Engine:
             case DrafterMode.NGRAM:
                 return [lookup()]
             case DrafterMode.TREE:
+                if self.config.engine == "llama.cpp":
+                    raise ValueError("drafter 'tree' needs per-position attention masks, which the llama.cpp "
+                                     "engine does not take; use ngram, auto, model or staged")
                 return [lookup(TREE_CANDIDATES)]
             case DrafterMode.MODEL:
                 return [model]
@@ -255,8 +258,8 @@ class Engine:
             self.model_drafter.state.rollback(0)
 
     def _new_states(self) -> tuple[KVCacheState, KVCacheState | None]:
-        return (KVCacheState(self.target.model),
-                KVCacheState(self.model_drafter.model) if self.model_drafter is not None else None)
+        return (cache_state(self.target.model),
+                cache_state(self.model_drafter.model) if self.model_drafter is not None else None)
 
     def _use_cache(self, key: object, prompt_ids: list[int] | None = None, spare: bool = False) -> None:
         """Point the generator and the draft model at the KV caches of ``key`` (least recently used

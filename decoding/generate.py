@@ -34,10 +34,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from decoding.draft_length import VerifyCost
 from decoding.drafters.base import Draft, DraftContext, Drafter
 from decoding.healing import Healing, TokenBytes
-from decoding.kv_cache import KVCacheState
+from decoding.kv_cache import cache_state, logits_width
 from decoding.sampling import processed_probs
 from decoding.stats import GenerationStats
 from decoding.tree import DraftTree, tree_attention, tree_verify
+
 # Defined in decoding.types (torch-free); imported here too, so `from decoding.generate import ...` works.
 from decoding.types import (  # noqa: F401
     DEFAULT_MAX_DRAFT_TOKENS,
@@ -222,7 +223,7 @@ class SpeculativeGenerator:
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
         self.model = model
         self.tokenizer = tokenizer
-        self.state = KVCacheState(model)
+        self.state = cache_state(model)
         self.default_stop_ids = end_of_sequence_ids(model, tokenizer)
         self.verify_cost = VerifyCost()  # the verify passes' times: the cost model's verify part
 
@@ -275,7 +276,7 @@ class SpeculativeGenerator:
         """The constraint for ``config.required_prefix`` (``None`` without one)."""
         if not config.required_prefix:
             return None
-        vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        vocab_size = logits_width(self.model)
         return Healing(TokenBytes.of(self.tokenizer, vocab_size, self.default_stop_ids), config.required_prefix)
 
     def _generator(self, seed: int | None) -> torch.Generator:

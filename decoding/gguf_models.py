@@ -145,8 +145,6 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from decoding.tokenizer_loading import load_tokenizer
-
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16,
@@ -162,8 +160,20 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     config.save_pretrained(out)
     model.generation_config.save_pretrained(out)
     save_model(model, str(out / "model.safetensors"), metadata={"format": "pt"})  # OSError: see _build
-    tokenizer.save_pretrained(out)
     del model
+    save_tokenizer(tokenizer, out, gguf)
+
+
+def save_tokenizer(tokenizer, out: Path, gguf: Path) -> None:
+    """Save the tokenizer read from ``gguf`` into ``out`` and check that the saved one keeps every added
+    token as one id and tokenises a probe text as the GGUF tokenizer does.
+
+    Raises:
+        ModelLoadError: it does not (nothing is refused silently: the GGUF tokenizer path has split added tokens).
+    """
+    from decoding.tokenizer_loading import load_tokenizer
+
+    tokenizer.save_pretrained(out)
     saved = load_tokenizer(str(out), local_only=True)
     split = [token for token, token_id in tokenizer.get_added_vocab().items()
              if saved.encode(token, add_special_tokens=False) != [token_id]]

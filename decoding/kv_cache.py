@@ -21,7 +21,24 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from decoding.types import common_prefix_length  # defined there (torch-free); imported here too
+from decoding.types import (
+    common_prefix_length,  # defined there (torch-free); imported here too
+)
+
+
+def cache_state(model) -> KVCacheState:
+    """A fresh cache state for ``model``: a transformers model's :class:`KVCacheState`, or the model's own
+    kind of state where it brings one (``model.new_state()``: :mod:`decoding.llama_cpp_model`)."""
+    new_state = getattr(model, "new_state", None)
+    return new_state() if new_state is not None else KVCacheState(model)
+
+
+def logits_width(model) -> int:
+    """Width of ``model``'s logits rows (may exceed the tokenizer's length when the embedding is padded)."""
+    width = getattr(model, "vocab_size", None)
+    if isinstance(width, int) and not hasattr(model, "get_output_embeddings"):
+        return width
+    return int(model.get_output_embeddings().weight.shape[0])
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from decoding.errors import ModelLoadError
 from decoding.generate import end_of_sequence_ids
 from decoding.gguf_models import Stage
 from decoding.hub_errors import explain_hub_failure
+from decoding.kv_cache import logits_width
 from decoding.model_names import model_location
 from decoding.quantization import quantize_weights
 from decoding.tokenizer_loading import load_tokenizer
@@ -37,7 +38,7 @@ class LoadedModel:
     @property
     def vocab_size(self) -> int:
         """Width of the model's logits (may exceed ``len(tokenizer)`` when the embedding is padded)."""
-        return int(self.model.get_output_embeddings().weight.shape[0])
+        return logits_width(self.model)
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -86,7 +87,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False,
-               on_stage: Stage | None = None, quantization: str = "none") -> LoadedModel:
+               on_stage: Stage | None = None, quantization: str = "none", engine: str = "torch") -> LoadedModel:
     """Load a causal LM and its tokenizer for inference.
 
     Args:
@@ -98,6 +99,8 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
         on_stage: told about slow steps (the one-time conversion of a pack or GGUF file).
         quantization: ``"none"``, ``"int8"`` or ``"int4"`` weights for the linear layers (CPU only;
             see :mod:`decoding.quantization`).
+        engine: ``"torch"``, or ``"llama.cpp"``: a pack or ``.gguf`` file run by llama.cpp's kernels on
+            the GGUF weights as they are (:mod:`decoding.llama_cpp_model`; CPU, no quantization option).
     Raises:
         ModelLoadError: missing directory, unknown hub id, no network, unsupported architecture, a pack
             that is not installed or does not match its pinned hash. A failed download says which
@@ -105,6 +108,13 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
             (:func:`decoding.hub_errors.explain_hub_failure`). A quantization that cannot run here
             (torchao missing, not on the CPU; :func:`decoding.quantization.quantize_weights`).
     """
+    if engine == "llama.cpp":
+        if quantization != "none" or resolve_device(device).type != "cpu":
+            raise ModelLoadError("engine 'llama.cpp' runs the GGUF file's own weights on the CPU: quantization "
+                                 "must be none and the device cpu (or auto without a GPU)")
+        return _load_gguf_model(name, on_stage)
+    if engine != "torch":
+        raise ModelLoadError(f"unknown engine {engine!r}; use torch or llama.cpp")
     location, local_only = model_location(name, on_stage)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -127,6 +137,25 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
     log.info("loaded %s from %s on %s as %s, quantization %s", name, location, torch_device, torch_dtype, quantization)
     eos_ids = end_of_sequence_ids(model, tokenizer)
     capabilities = read_capabilities(tokenizer, eos_ids, location if local_only else None)
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, capabilities=capabilities)
+
+
+def _load_gguf_model(name: str, on_stage: Stage | None = None) -> LoadedModel:
+    """A model pack or ``.gguf`` file in llama.cpp (:class:`decoding.llama_cpp_model.LlamaCppModel`), with
+    the tokenizer read out of the file once (:func:`decoding.gguf_files.gguf_tokenizer_dir`).
+
+    Raises:
+        ModelLoadError: not a GGUF model, llama-cpp-python missing, or the file or its tokenizer unreadable.
+    """
+    from decoding.gguf_files import gguf_file, gguf_tokenizer_dir
+    from decoding.llama_cpp_model import LlamaCppModel
+
+    gguf, sha256 = gguf_file(name, on_stage)
+    tokenizer_dir = gguf_tokenizer_dir(gguf, sha256)
+    tokenizer = load_tokenizer(str(tokenizer_dir), local_only=True)
+    model = LlamaCppModel(gguf)
+    log.info("loaded %s from %s into llama.cpp (%d threads)", name, gguf, model.threads)
+    capabilities = read_capabilities(tokenizer, end_of_sequence_ids(model, tokenizer), str(tokenizer_dir))
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, capabilities=capabilities)
 
 

@@ -28,6 +28,9 @@ DEFAULT_MAX_REGION_DRAFT_TOKENS = 64  # see GenerationConfig.max_region_draft_to
 DEFAULT_PREFILL_CHUNK_TOKENS = 128  # see GenerationConfig.prefill_chunk_tokens and Engine.prefill
 
 QUANTIZATIONS = ("none", "int8", "int4")  # EngineConfig.quantization; see decoding.quantization
+#: EngineConfig.engine: torch (transformers, in ``dtype``) or llama.cpp (the GGUF weights as they are;
+#: decoding.llama_cpp_model)
+ENGINES = ("torch", "llama.cpp")
 
 
 def common_prefix_length(a: Sequence, b: Sequence) -> int:
@@ -171,5 +174,6 @@ class EngineConfig:
     device: str = "auto"  # auto: CUDA when available, else CPU
     dtype: str = "auto"  # auto: see decoding.loading.resolve_dtype
     quantization: str = "none"  # none, int8 or int4 weights for target and draft (CPU; decoding.quantization)
+    engine: str = "torch"  # what runs the passes: torch, or llama.cpp on the GGUF weights (ENGINES)
     trust_remote_code: bool = False  # run a hub repository's own code: only if the user says so
     ngram: NgramConfig = field(default_factory=NgramConfig)

@@ -25,6 +25,7 @@ from decoding.model_names import AUTO
 from decoding.types import (
     DEFAULT_MAX_DRAFT_TOKENS,
     DRAFTER_MODES,
+    ENGINES,
     QUANTIZATIONS,
     EngineConfig,
     GenerationConfig,
@@ -72,6 +73,10 @@ class Settings:
         "none", "Weights of the target's and the draft's linear layers: none (as dtype), int8 or int4 (torchao, "
         "CPU only; pip install 'speclsp[quantization]'). Speculative output stays equal to plain decoding of "
         "the same quantized model.", cli=True, enum=list(QUANTIZATIONS))
+    engine: str = _setting(
+        "torch", "What runs the model passes: torch (transformers, in dtype), or llama.cpp: a model pack or .gguf "
+        "file's own quantised weights through llama.cpp's CPU kernels (pip install 'speclsp[llamacpp]'; no tree "
+        "drafter). Drafting and exact verification stay speclsp's.", cli=True, enum=list(ENGINES))
     completion_model: str = _setting(
         "auto", "Which loaded model writes inline completions: target, draft (the draft model, drafting from "
         "n-grams; next edits stay with the target), or auto: the draft model where a target step is too slow "
@@ -157,7 +162,8 @@ class Settings:
     def engine_config(self) -> EngineConfig:
         """What the models depend on; a change here reloads them, any other setting applies at once."""
         return EngineConfig(model=self.model, draft_model=self.draft_model, device=self.device, dtype=self.dtype,
-                            quantization=self.quantization, trust_remote_code=self.trust_remote_code)
+                            quantization=self.quantization, trust_remote_code=self.trust_remote_code,
+                            engine=self.engine)
 
     def backend_config(self) -> BackendConfig:
         """What the model thread loads (the local models, or a remote engine's client and the model's

@@ -33,7 +33,7 @@ def test_step_costs_are_measured_once_and_kept(pair, tmp_path, monkeypatch):
     second = drafter_choice.measured_costs(*pair)
     assert len(calls) == 1 and first.target_ms > 0 and first.draft_ms > 0
     assert (second.target_ms, second.draft_ms) == (round(first.target_ms, 3), round(first.draft_ms, 3))
-    assert "tiny-target|tiny-draft|cpu" in first.key and (tmp_path / "drafter-costs.json").exists()
+    assert "tiny-target|tiny-draft|Qwen2ForCausalLM|cpu" in first.key and (tmp_path / "drafter-costs.json").exists()
 
 
 @pytest.mark.parametrize(("draft_ms", "pays"), [(10.0, True), (20.0, True), (33.0, False)])

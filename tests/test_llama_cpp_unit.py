@@ -228,3 +228,22 @@ def test_the_launcher_removes_only_the_log_it_created(tmp_path, stand_in):
         created = server.log_path
         assert created.is_file()
     assert mine.is_file() and not created.exists()
+
+
+def test_the_binding_is_compiled_without_native_tuning_and_only_when_missing(monkeypatch):
+    import importlib.metadata
+
+    calls = []
+    monkeypatch.setattr(llama_cpp_build, "_run", lambda command, log_path, what, say=None, env=None:
+                        calls.append((command, env)))
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.3.36")
+    assert "already installed" in llama_cpp_build.install_binding(lambda message: None) and calls == []
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    llama_cpp_build.install_binding(lambda message: None)
+    (command, env), = calls
+    assert command[-1] == llama_cpp_build.BINDING and command[1:4] == ["-m", "pip", "install"]
+    assert "-DGGML_NATIVE=OFF" in env["CMAKE_ARGS"].split() and "-DGGML_NATIVE=ON" not in env["CMAKE_ARGS"]

@@ -22,7 +22,7 @@ import torch
 from transformers import PreTrainedModel
 
 from decoding.drafters.base import Draft, DraftContext, Drafter
-from decoding.kv_cache import KVCacheState
+from decoding.kv_cache import cache_state
 from decoding.sampling import processed_probs, sample
 
 CATCH_UP_TOKENS = 32  # a pass feeding at least this many tokens is a catch-up (its time per token is measured)
@@ -46,7 +46,7 @@ class ModelDrafter(Drafter):
         self.model = model
         self.target_vocab_size = target_vocab_size
         self.min_confidence = min_confidence  # stop drafting at a token the draft gives less than this
-        self.state = KVCacheState(model)
+        self.state = cache_state(model)
         self.catch_up_ms_per_token = 0.0  # EMA of ms per token fed in long catch-up passes (0: none measured)
         self._catch_up_passes = 0  # long passes seen
 

@@ -11,6 +11,7 @@ export const SERVER_SETTINGS = [
   "device",
   "dtype",
   "quantization",
+  "engine",
   "completionModel",
   "trustRemoteCode",
   "drafter",
