@@ -32,12 +32,12 @@ def plain_config(replay: dict) -> GenerationConfig:
 
 
 def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto",
-                  chunk: int = DEFAULT_MAX_DRAFT_TOKENS + 1) -> dict:
+                  chunk: int = DEFAULT_MAX_DRAFT_TOKENS + 1, engine: str = "torch") -> dict:
     """Replay every greedy ``replay`` record with plain decoding of its target.
 
     Args:
         replays: ``replay`` records of a verbose trace file.
-        device, dtype: as the server ran (``auto``: the same choice the server made on this machine).
+        device, dtype, engine: as the server ran (``auto``: the same choice the server made on this machine).
         chunk: the verify pass length the noise is measured with (the longest draft plus the bonus token).
     Returns:
         ``{"checked", "identical", "within_noise", "outside_noise", "skipped", "max_noise_logits",
@@ -48,6 +48,7 @@ def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto"
     from bench.decode import divergence_within_noise
     from decoding.engine import Engine
 
+    engine_kind = engine
     by_model: dict[str, list[dict]] = defaultdict(list)
     summary = {"checked": 0, "identical": 0, "within_noise": 0, "outside_noise": 0, "skipped": 0,
                "max_noise_logits": 0.0, "partings": []}
@@ -57,7 +58,7 @@ def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto"
         else:
             by_model[replay["model"]].append(replay)
     for model, records in by_model.items():
-        engine = Engine.load(EngineConfig(model=model, draft_model="none", device=device, dtype=dtype))
+        engine = Engine.load(EngineConfig(model=model, draft_model="none", device=device, dtype=dtype, engine=engine_kind))
         for number, replay in enumerate(records, 1):
             prompt, output = replay["prompt_ids"], replay["output_ids"]
             plain = engine.generate(prompt, plain_config(replay), "none", cache_key="replay").token_ids

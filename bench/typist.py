@@ -41,7 +41,7 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 from bench.corpus import corpus_files
-from bench.lsp_client import percentile, start_server
+from bench.lsp_client import percentile, server_settings, start_server
 
 PACES = {"fast": {"key_s": (0.090, 0.200), "before_enter_s": (0.7, 1.3), "after_enter_s": (0.0, 0.0)},
          "steady": {"key_s": (0.150, 0.300), "before_enter_s": (0.0, 0.0), "after_enter_s": (1.5, 3.0)}}
@@ -269,7 +269,9 @@ def run(args: argparse.Namespace) -> int:
             if row["replays"]:
                 print(f"[{row['row']} {row['pace']}] replaying {len(row['replays'])} shown answers with plain decoding",
                       file=sys.stderr)
-                row["exactness"] = check_replays(row["replays"])
+                settings = server_settings(getattr(args, "setting", None) or [])
+                row["exactness"] = check_replays(row["replays"], dtype=settings.get("dtype", "auto"),
+                                                 engine=settings.get("engine", "torch"))
     for row in rows:
         row.pop("replays")
     result = {"functions": [name for name, *_ in functions], "model": args.model, "draft_model": args.draft_model,

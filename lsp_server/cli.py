@@ -19,6 +19,10 @@ import os
 # `speclsp bench lsp` the server's time outside its staged work fell from 3.8 to 0.6 ms at p95 (the
 # hop back from the model thread). Set before torch is imported; a value from the environment wins.
 os.environ.setdefault("GOMP_SPINCOUNT", "30000")
+# transformers (>= 5.2x) swaps layers for Hugging Face Hub kernels by default, fetched over the network on
+# a GPU, and on CUDA without the `kernels` package refuses to load a model at all (seen on an H200,
+# bench/device/results-h200-883fc48). No network unless the user names a hub model: off unless set.
+os.environ.setdefault("USE_HUB_KERNELS", "NO")
 
 import argparse  # noqa: E402
 import importlib.metadata  # noqa: E402

@@ -285,6 +285,10 @@ def parse_settings(options: Any, base: Settings | None = None) -> tuple[Settings
         warnings.append(f"drafter {settings.drafter!r} needs a draft model but draftModel is 'none'; "
                         "using drafter 'ngram'")
         settings = replace(settings, drafter="ngram")
+    if settings.drafter == "tree" and settings.engine == "llama.cpp":
+        warnings.append("drafter 'tree' needs per-position attention masks, which engine 'llama.cpp' does not "
+                        "take; using drafter 'ngram'")
+        settings = replace(settings, drafter="ngram")
     return settings, warnings
 
 

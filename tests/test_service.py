@@ -243,6 +243,9 @@ async def test_failed_load_answers_empty_and_keeps_the_error():
     ({"colour": "blue"}, Settings(), "unknown setting speclsp.colour"),
     ([1, 2], Settings(), "must be a JSON object"),
     ({"drafter": "model", "draftModel": "none"}, Settings(drafter="ngram", draft_model="none"), "needs a draft model"),
+    ({"drafter": "tree", "engine": "llama.cpp"}, Settings(drafter="ngram", engine="llama.cpp"), "per-position attention"),
+    ({"completionModel": "draft"}, Settings(completion_model="draft"), None),
+    ({"engine": "vllm"}, Settings(), "invalid value 'vllm' for speclsp.engine"),
 ])
 def test_settings_are_typed_and_invalid_values_keep_defaults(options, expected, warning):
     settings, warnings = parse_settings(options)
