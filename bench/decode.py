@@ -320,6 +320,11 @@ def run(args: argparse.Namespace) -> int:
         from decoding.loading import resolve_device
 
         return _emit(cost(args.cost_shapes.split(","), str(resolve_device(args.device))), args.out, "cost.json")
+    if args.engine == "llama.cpp" and not args.step_cost:
+        unrunnable = [m for m in chosen_methods(args.methods, args.model) if m == "tree" or m.startswith("hf_")]
+        if unrunnable:
+            raise SystemExit(f"--engine llama.cpp cannot run {', '.join(unrunnable)} (trees need attention masks; "
+                             "transformers' methods need a torch model): name --methods without them")
     engine = Engine.load(EngineConfig(model=args.model, draft_model=args.draft_model, device=args.device,
                                       dtype=args.dtype, quantization=args.quantization, engine=args.engine))
     if args.step_cost:

@@ -222,5 +222,7 @@ def install_binding(on_stage: Stage | None = None) -> str:
     with tempfile.TemporaryDirectory() as work:
         log_path = Path(work) / "pip.log"
         started = time.perf_counter()
-        _run([sys.executable, "-m", "pip", "install", BINDING], log_path, f"installing {BINDING}", env=env)
+        # --no-cache-dir: pip's wheel cache would hand back a build made with other flags.
+        _run([sys.executable, "-m", "pip", "install", "--no-cache-dir", BINDING], log_path, f"installing {BINDING}",
+             env=env)
     return f"{BINDING} installed in {time.perf_counter() - started:.0f} s"

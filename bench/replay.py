@@ -32,12 +32,13 @@ def plain_config(replay: dict) -> GenerationConfig:
 
 
 def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto",
-                  chunk: int = DEFAULT_MAX_DRAFT_TOKENS + 1, engine: str = "torch") -> dict:
+                  chunk: int = DEFAULT_MAX_DRAFT_TOKENS + 1, engine: str = "torch", quantization: str = "none") -> dict:
     """Replay every greedy ``replay`` record with plain decoding of its target.
 
     Args:
         replays: ``replay`` records of a verbose trace file.
-        device, dtype, engine: as the server ran (``auto``: the same choice the server made on this machine).
+        device, dtype, engine, quantization: as the server ran (``auto``: the same choice the server made
+            on this machine).
         chunk: the verify pass length the noise is measured with (the longest draft plus the bonus token).
     Returns:
         ``{"checked", "identical", "within_noise", "outside_noise", "skipped", "max_noise_logits",
@@ -58,7 +59,8 @@ def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto"
         else:
             by_model[replay["model"]].append(replay)
     for model, records in by_model.items():
-        engine = Engine.load(EngineConfig(model=model, draft_model="none", device=device, dtype=dtype, engine=engine_kind))
+        engine = Engine.load(EngineConfig(model=model, draft_model="none", device=device, dtype=dtype,
+                                          engine=engine_kind, quantization=quantization))
         for number, replay in enumerate(records, 1):
             prompt, output = replay["prompt_ids"], replay["output_ids"]
             plain = engine.generate(prompt, plain_config(replay), "none", cache_key="replay").token_ids

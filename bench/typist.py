@@ -270,8 +270,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"[{row['row']} {row['pace']}] replaying {len(row['replays'])} shown answers with plain decoding",
                       file=sys.stderr)
                 settings = server_settings(getattr(args, "setting", None) or [])
-                row["exactness"] = check_replays(row["replays"], dtype=settings.get("dtype", "auto"),
-                                                 engine=settings.get("engine", "torch"))
+                row["exactness"] = check_replays(row["replays"], device=settings.get("device", "auto"),
+                                                 dtype=settings.get("dtype", "auto"),
+                                                 engine=settings.get("engine", "torch"),
+                                                 quantization=settings.get("quantization", "none"))
     for row in rows:
         row.pop("replays")
     result = {"functions": [name for name, *_ in functions], "model": args.model, "draft_model": args.draft_model,

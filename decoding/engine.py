@@ -89,6 +89,9 @@ class Engine:
         #: Whether ``auto`` drafts with the draft model (:mod:`decoding.drafter_choice`; set by :meth:`load`
         #: from measured step costs), and why.
         self.auto_uses_draft_model = draft is not None
+        #: False for :meth:`draft_as_target`'s engine: a ``model`` or ``staged`` drafter asked of the pair
+        #: drafts from n-grams here instead of failing.
+        self.drafts_for_a_pair = True
         self.auto_reason = "no draft model: auto drafts with n-grams only" if draft is None else ""
 
     @classmethod
@@ -122,8 +125,8 @@ class Engine:
 
     def draft_as_target(self, notice: str | None = None) -> Engine:
         """An engine whose target is this engine's draft model and which has no draft model: the same
-        weights in memory, its own KV caches, n-gram store and draft-length estimates (``auto`` drafts
-        from n-grams). For inline completions where the target is too slow
+        weights in memory, its own KV caches, n-gram store and draft-length estimates (``auto``, and
+        ``model`` or ``staged`` asked of the pair, draft from n-grams). For inline completions where the target is too slow
         (:func:`decoding.drafter_choice.draft_model_completes`).
 
         Raises:
@@ -134,6 +137,7 @@ class Engine:
         config = replace(self.config, model=self.draft.name, draft_model=NO_DRAFT)
         engine = Engine(config, self.draft, None, notice if notice is not None else self.notice)
         engine._thread = self._thread
+        engine.drafts_for_a_pair = False
         return engine
 
     def claim_thread(self) -> None:
@@ -205,7 +209,10 @@ class Engine:
             raise ValueError(f"unknown drafter {mode!r}; use one of {', '.join(DRAFTER_MODES)}") from None
         model = self.model_drafter
         if model is None and kind in NEEDS_DRAFT_MODEL:
-            raise ValueError(f"drafter {kind.value!r} needs a draft model; none is loaded (draft model 'none')")
+            if not self.drafts_for_a_pair:
+                kind = DrafterMode.NGRAM  # the draft model is this engine's target (draft_as_target)
+            else:
+                raise ValueError(f"drafter {kind.value!r} needs a draft model; none is loaded (draft model 'none')")
 
         def lookup(max_candidates: int = 1) -> NgramDrafter:
             return NgramDrafter(self.config.ngram, self.sources if sources is None else sources, max_candidates)

@@ -6,7 +6,9 @@ llama-cpp-python's low-level API: ``llama_decode`` of a batch with logits for ev
 ``llama_get_logits``, ``llama_memory_seq_rm`` to roll the cache back) behind the shape the generation
 loop already uses (:class:`decoding.kv_cache.KVCacheState`: feed tokens, get a logits row for each,
 roll back, keep), so drafting, stops, cancellation, the draft-length policy and the verification rule
-stay ours and the output is plain decoding of the same weights.
+stay ours: the output is plain decoding of the same weights through llama.cpp, up to its kernel noise
+(a pass over several tokens and a one-token step run other kernel shapes and move the logits by up to
+about half a logit, as bfloat16 does: docs/exactness.md).
 
 * :class:`LlamaCppModel`: the loaded weights (one ``llama_model``, memory-mapped) and what the loop
   reads of a model (``device``, the logits' ``dtype``, the logits' width, ``generation_config``);
@@ -17,7 +19,9 @@ Candidate trees need an attention mask per position, which this path does not pa
 refused here (:class:`TreeUnsupported`); chains of any drafter run.
 
 llama.cpp computes in its own precision (quantised weights, float32 accumulation): its logits are not
-bfloat16 transformers' logits, and speculative output equals plain decoding *through this path*.
+bfloat16 transformers' logits; the reference for exactness is plain decoding *through this path*.
+Each state holds a context of ``DEFAULT_CONTEXT_TOKENS`` positions: a longer prompt plus output fails
+with a clear error.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,7 +43,10 @@ from decoding.kv_cache import KVCacheState, Prefill  # noqa: F401 - Prefill: the
 log = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT_TOKENS = 4096  # per state: the longest prompt plus output it can hold
-BATCH_TOKENS = 512  # tokens per llama_decode call (a longer feed is split)
+#: Tokens per llama_decode call (a longer feed is split). Small: llama.cpp reserves a logits buffer of
+#: this many rows of the vocabulary per context (151,936 floats a row), and verify passes carry at
+#: most 33 tokens; prefill cost grows about linearly with tokens here, so pieces of 64 lose nothing.
+BATCH_TOKENS = 64
 _INIT_LOCK = threading.Lock()
 _BACKEND_READY = False
 _LOG_CALLBACK = None  # kept alive while llama.cpp may call it
@@ -124,7 +132,7 @@ class LlamaCppModel:
 
     def __del__(self):
         model, lib = getattr(self, "_model", None), getattr(self, "_lib", None)
-        if model and lib is not None:
+        if model and lib is not None and not sys.is_finalizing():  # at exit the order of frees is unknown
             lib.llama_model_free(model)
 
 
@@ -225,9 +233,9 @@ class LlamaCppState(KVCacheState):
     def _check(self) -> None:
         pass  # llama.cpp's memory and token_ids change together in _decode and rollback
 
-    def __del__(self):
+    def __del__(self):  # each state holds its model, so a model is freed after its states
         lib = getattr(self, "_lib", None)
-        if lib is None:
+        if lib is None or sys.is_finalizing():
             return
         if getattr(self, "_batch", None) is not None:
             lib.llama_batch_free(self._batch)

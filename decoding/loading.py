@@ -109,9 +109,9 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
             (torchao missing, not on the CPU; :func:`decoding.quantization.quantize_weights`).
     """
     if engine == "llama.cpp":
-        if quantization != "none" or resolve_device(device).type != "cpu":
+        if quantization != "none" or device not in ("auto", "cpu"):
             raise ModelLoadError("engine 'llama.cpp' runs the GGUF file's own weights on the CPU: quantization "
-                                 "must be none and the device cpu (or auto without a GPU)")
+                                 "must be none and the device auto or cpu")
         return _load_gguf_model(name, on_stage)
     if engine != "torch":
         raise ModelLoadError(f"unknown engine {engine!r}; use torch or llama.cpp")

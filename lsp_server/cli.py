@@ -21,7 +21,7 @@ import os
 os.environ.setdefault("GOMP_SPINCOUNT", "30000")
 # transformers (>= 5.2x) swaps layers for Hugging Face Hub kernels by default, fetched over the network on
 # a GPU, and on CUDA without the `kernels` package refuses to load a model at all (seen on an H200,
-# bench/device/results-h200-883fc48). No network unless the user names a hub model: off unless set.
+# docs/bench/gpu-h200-883fc48). No network unless the user names a hub model: off unless set.
 os.environ.setdefault("USE_HUB_KERNELS", "NO")
 
 import argparse  # noqa: E402

@@ -76,7 +76,8 @@ class Settings:
     engine: str = _setting(
         "torch", "What runs the model passes: torch (transformers, in dtype), or llama.cpp: a model pack or .gguf "
         "file's own quantised weights through llama.cpp's CPU kernels (pip install 'speclsp[llamacpp]'; no tree "
-        "drafter). Drafting and exact verification stay speclsp's.", cli=True, enum=list(ENGINES))
+        "drafter; 4,096 positions per document). Drafting and verification stay speclsp's.", cli=True,
+        enum=list(ENGINES))
     completion_model: str = _setting(
         "auto", "Which loaded model writes inline completions: target, draft (the draft model, drafting from "
         "n-grams; next edits stay with the target), or auto: the draft model where a target step is too slow "

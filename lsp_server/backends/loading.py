@@ -52,8 +52,8 @@ def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str],
 
     Raises:
         decoding.errors.ModelLoadError: a local model, or a remote backend's tokenizer, cannot load.
-        ValueError: an unknown backend or ``completion_model``, a remote one without an endpoint or with a
-            malformed one, or ``completion_model`` ``draft`` without a draft model.
+        ValueError: an unknown backend or ``completion_model``, or a remote one without an endpoint or with a
+            malformed one. (``completion_model`` ``draft`` without a draft model: the target, and a warning.)
     """
     if isinstance(config, EngineConfig):
         config = BackendConfig(engine=config)
@@ -69,6 +69,10 @@ def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str],
         if choice == "auto" and engine.draft is not None:
             by_draft, reason = draft_model_completes(engine.target, engine.draft)
             log.info("%s", reason)
+        if by_draft and engine.draft is None:
+            log.warning("completionModel 'draft' needs a draft model and none is loaded: %s writes inline "
+                        "completions", engine.target.name)
+            by_draft = False
         if not by_draft:
             return LocalBackend(engine)
         return {ROLE_COMPLETION: LocalBackend(engine.draft_as_target()), ROLE_NEXT_EDIT: LocalBackend(engine)}
