@@ -115,3 +115,56 @@ def test_a_wrong_token_is_told_apart_from_kernel_noise(engine, plain_outputs):
     wrong = plain[:3] + [plain[3] + 1] + plain[4:]
     within, lead, noise = divergence_within_noise(engine, prompt, plain, wrong, 17)
     assert not within and lead > noise
+
+
+def test_a_q8_0_file_written_from_the_packs_weights_predicts_as_they_do(engine, tmp_path):
+    """bench/gguf_requant.py: the 0.5B's weights as Q8_0 (matrices) predict the same next tokens as the
+    pack's Q4_K_M file along a prompt, up to rounding; the same file with two layers' attention output
+    matrices swapped (a wrong name map) does not. ``engine``: the packs and the binding are there."""
+    import gguf
+    import numpy as np
+
+    from bench.gguf_requant import requantize
+    from decoding.gguf_files import pack_gguf_path
+    from decoding.gguf_models import pack_model_dir
+    from decoding.llama_cpp_model import LlamaCppModel
+    from decoding.loading import load_tokenizer
+
+    written = requantize(DRAFT, "q8_0", tmp_path / "q8_0.gguf")
+    assert written["tensors"]["Q8_0"] > 0 and written["tensors"]["F32"] > 0
+    reference = LlamaCppModel(pack_gguf_path(DRAFT))
+    tokenizer = load_tokenizer(str(pack_model_dir(PACKS[DRAFT])), local_only=True)
+    ids = tokenizer.encode("<|fim_prefix|>def fibonacci(n):\n    <|fim_suffix|>\n\nprint(fibonacci(10))\n<|fim_middle|>"
+                           "if n <= 1:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n")
+    expected = reference.new_state().forward(ids)
+
+    def agreement(path) -> tuple[float, float]:
+        got = LlamaCppModel(path).new_state().forward(ids)
+        same = (got.argmax(-1) == expected.argmax(-1)).float().mean().item()
+        return same, (got - expected).abs().max().item()
+
+    same, diff = agreement(written["out"])
+    assert same >= 0.9 and diff < 2.0, (same, diff)
+    broken = tmp_path / "swapped.gguf"
+    reader = gguf.GGUFReader(written["out"])
+    data = {t.name: np.array(t.data) for t in reader.tensors}
+    data["blk.0.attn_output.weight"], data["blk.1.attn_output.weight"] = (data["blk.1.attn_output.weight"],
+                                                                          data["blk.0.attn_output.weight"])
+    data["blk.0.ffn_down.weight"], data["blk.1.ffn_down.weight"] = (data["blk.1.ffn_down.weight"],
+                                                                    data["blk.0.ffn_down.weight"])
+    writer = gguf.GGUFWriter(str(broken), reader.fields["general.architecture"].contents())
+    for field in reader.fields.values():
+        if field.name != "general.architecture" and not field.name.startswith("GGUF."):
+            sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
+    for tensor in reader.tensors:
+        writer.add_tensor(tensor.name, data[tensor.name], raw_dtype=tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file(progress=False)
+    writer.close()
+    same_broken, diff_broken = agreement(str(broken))
+    print(f"Q8_0: {same:.2f} of positions agree, max logit difference {diff:.2f}; swapped: {same_broken:.2f}, "
+          f"{diff_broken:.2f}")
+    assert same_broken < 0.9 or diff_broken >= 2.0, (same_broken, diff_broken)
+
