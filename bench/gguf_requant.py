@@ -31,6 +31,27 @@ def _hf_names(gguf, arch: str, blocks: int, hf_names: list[str]) -> dict[str, st
     return found
 
 
+def write_gguf(reader, out: Path, tensors, file_type: int | None = None) -> None:
+    """Write ``out`` with the metadata of ``reader`` (a ``gguf.GGUFReader``; ``general.file_type`` set to
+    ``file_type`` when given) and ``tensors``, an iterable of ``(name, data, gguf.GGMLQuantizationType)``,
+    ``data`` a numpy array already in that type's bytes (see ``gguf.quants.quantize``)."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(out), reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        value = file_type if field.name == gguf.Keys.General.FILE_TYPE and file_type is not None else field.contents()
+        sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, value, field.types[0], sub_type=sub_type)
+    for name, data, kind in tensors:
+        writer.add_tensor(name, data, raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file(progress=False)
+    writer.close()
+
+
 def requantize(model: str, qtype: str, out: Path) -> dict:
     """Write ``out``; returns a summary (tensors per type, bytes).
 
@@ -55,29 +76,19 @@ def requantize(model: str, qtype: str, out: Path) -> dict:
     blocks = reader.fields[f"{arch}.block_count"].contents()
     weights = safe_open(str(pack_model_dir(PACKS[model]) / "model.safetensors"), framework="pt")
     names = _hf_names(gguf, arch, blocks, list(weights.keys()))
-    writer = gguf.GGUFWriter(str(out), arch)
-    for field in reader.fields.values():
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-            continue
-        value = field.contents()
-        if field.name == gguf.Keys.General.FILE_TYPE:
-            value = int(gguf.LlamaFileType[TYPES[qtype][1]])
-        sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, value, field.types[0], sub_type=sub_type)
     counts: dict[str, int] = {}
-    for tensor in tqdm(reader.tensors, desc=f"{model} to {qtype}", unit="tensor"):
-        data = weights.get_tensor(names[tensor.name]).to(torch.float32).numpy()
-        expected = tuple(int(n) for n in reversed(tensor.shape.tolist()))
-        if data.shape != expected:
-            raise ValueError(f"{tensor.name}: safetensors shape {data.shape}, GGUF shape {expected}")
-        kind = quant if data.ndim == 2 and data.shape[-1] % 32 == 0 else gguf.GGMLQuantizationType.F32
-        packed = gguf.quants.quantize(data, kind) if kind != gguf.GGMLQuantizationType.F32 else data
-        writer.add_tensor(tensor.name, packed, raw_dtype=kind)
-        counts[kind.name] = counts.get(kind.name, 0) + 1
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file(progress=False)
-    writer.close()
+
+    def tensors():
+        for tensor in tqdm(reader.tensors, desc=f"{model} to {qtype}", unit="tensor"):
+            data = weights.get_tensor(names[tensor.name]).to(torch.float32).numpy()
+            expected = tuple(int(n) for n in reversed(tensor.shape.tolist()))
+            if data.shape != expected:
+                raise ValueError(f"{tensor.name}: safetensors shape {data.shape}, GGUF shape {expected}")
+            kind = quant if data.ndim == 2 and data.shape[-1] % 32 == 0 else gguf.GGMLQuantizationType.F32
+            counts[kind.name] = counts.get(kind.name, 0) + 1
+            yield tensor.name, gguf.quants.quantize(data, kind) if kind != gguf.GGMLQuantizationType.F32 else data, kind
+
+    write_gguf(reader, out, tensors(), int(gguf.LlamaFileType[TYPES[qtype][1]]))
     return {"model": model, "type": qtype, "out": str(out), "tensors": counts, "bytes": out.stat().st_size}
 
 

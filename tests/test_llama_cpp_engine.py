@@ -124,7 +124,7 @@ def test_a_q8_0_file_written_from_the_packs_weights_predicts_as_they_do(engine, 
     import gguf
     import numpy as np
 
-    from bench.gguf_requant import requantize
+    from bench.gguf_requant import requantize, write_gguf
     from decoding.gguf_files import pack_gguf_path
     from decoding.gguf_models import pack_model_dir
     from decoding.llama_cpp_model import LlamaCppModel
@@ -152,19 +152,8 @@ def test_a_q8_0_file_written_from_the_packs_weights_predicts_as_they_do(engine, 
                                                                           data["blk.0.attn_output.weight"])
     data["blk.0.ffn_down.weight"], data["blk.1.ffn_down.weight"] = (data["blk.1.ffn_down.weight"],
                                                                     data["blk.0.ffn_down.weight"])
-    writer = gguf.GGUFWriter(str(broken), reader.fields["general.architecture"].contents())
-    for field in reader.fields.values():
-        if field.name != "general.architecture" and not field.name.startswith("GGUF."):
-            sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-            writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
-    for tensor in reader.tensors:
-        writer.add_tensor(tensor.name, data[tensor.name], raw_dtype=tensor.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file(progress=False)
-    writer.close()
+    write_gguf(reader, broken, ((t.name, data[t.name], t.tensor_type) for t in reader.tensors))
     same_broken, diff_broken = agreement(str(broken))
     print(f"Q8_0: {same:.2f} of positions agree, max logit difference {diff:.2f}; swapped: {same_broken:.2f}, "
           f"{diff_broken:.2f}")
     assert same_broken < 0.9 or diff_broken >= 2.0, (same_broken, diff_broken)
-
