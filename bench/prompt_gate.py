@@ -41,7 +41,6 @@ from bench.cuts import first_line, parses
 from lsp_server.cli import cut_hole
 from lsp_server.completer import complete
 from lsp_server.draft_sources import DraftSources
-from lsp_server.prompt_anchor import AnchorBook
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 from lsp_server.workspace.documents import Document
@@ -52,7 +51,8 @@ KINDS = ("line_start", "mid_line", "mid_token")
 VARIANTS = {"psm": ({"token_healing": False, "prompt_layout": "psm"}, 0),
             "psm_healed": ({"token_healing": True, "prompt_layout": "psm"}, 0),
             "tail_healed": ({"token_healing": True, "prompt_layout": "tail"}, 0),
-            "tail2_healed": ({"token_healing": True, "prompt_layout": "tail"}, 2)}
+            "tail2_healed": ({"token_healing": True, "prompt_layout": "tail", "prompt_tail_lines": 2}, 2),
+            "tail4_healed": ({"token_healing": True, "prompt_layout": "tail", "prompt_tail_lines": 4}, 4)}
 GATE = -0.02  # the largest loss the interval's lower end may show
 
 
@@ -171,7 +171,6 @@ def run(args: argparse.Namespace) -> int:
             request = resolve_request(holed, position, codec, replace(settings, **overrides))
             sources = DraftSources()
             if lines_back:
-                sources.anchors = AnchorBook(max_lines=lines_back)
                 line_start = request.offset - len(request.line_prefix)
                 anchor = line_start
                 for _ in range(lines_back):

@@ -84,7 +84,7 @@ def prepare_prompt(backend: GenerationBackend, request: CompletionRequest, other
     # The typed tail needs healing (its last token is usually part of a word): local engines only.
     tail = settings.token_healing and constrained and capabilities.fim is not None and \
         prompt_layout(settings, backend) == "tail"
-    anchor = sources.anchors.anchor_for(request, spare) if tail else None
+    anchor = sources.anchors.anchor_for(request, spare, settings.prompt_tail_lines) if tail else None
     kept = sources.anchors.kept_tail(document.uri) if tail and not spare else None
     prompt = build_prompt(request, backend.tokenizer, snippets, repo_names, sources.encoder(backend), capabilities,
                           heal=settings.token_healing and constrained, anchor=anchor, kept_tail=kept)

@@ -26,7 +26,7 @@ from lsp_server.next_edit_service import NextEditService
 from lsp_server.pipeline import Answer, RequestPipeline
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.session import ModelSession
-from lsp_server.request import CompletionRequest, ends_a_line
+from lsp_server.request import CompletionRequest
 from lsp_server.type_through import TypeThroughCache
 from lsp_server.workspace.documents import Document
 
@@ -116,9 +116,9 @@ class CompletionService:
         if status != "ok" or not completion.insert_text.strip():
             return None
         self.type_through.remember(uri, request.document.text, request.offset, completion.insert_text)
-        if ends_a_line(request):  # the next line's prompt, if the user pauses here
-            pipeline.in_background(ModelSession.prepare_next_line, request, self._others(uri), self.repo_ref(),
-                                   after_the_answer=True, should_stop=pipeline.worker.has_waiting)
+        # The next line's prompt or a new anchor, if the user pauses here
+        pipeline.in_background(ModelSession.prepare_ahead, request, self._others(uri), self.repo_ref(),
+                               after_the_answer=True, should_stop=pipeline.worker.has_waiting)
         return pipeline.answer(request, completion.insert_text, completion.prompt.cursor_offset,
                                completion=completion)
 

@@ -11,7 +11,7 @@ An anchor is a line start, before the line's indentation: a prompt that ends ins
 token boundary the model never saw in training, while a line start is one for Qwen2.5-Coder's
 pre-tokeniser (the line break ends its pre-token). An anchor is kept while the cursor is at or after
 it, the text before it and the text after the cursor are the ones it was set with, and the tail holds at
-most ``max_lines`` line breaks and ``MAX_TAIL_CHARS`` characters; otherwise a new one is set at the
+most ``max_lines`` line breaks (the ``promptTailLines`` setting) and ``MAX_TAIL_CHARS`` characters; otherwise a new one is set at the
 start of the cursor's line (the cursor left the typed run, text before it was deleted, the text after the
 cursor changed, or the tail grew long).
 
@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from lsp_server.request import CompletionRequest
 
 MAX_TAIL_CHARS = 600  # a longer typed tail is moved into the prefix (a new anchor)
-MAX_TAIL_LINES = 0  # line breaks a typed tail may hold (0: a new anchor on every line)
 MAX_ANCHORS = 16  # documents whose anchors are kept
 
 
@@ -77,38 +76,47 @@ def _anchor_at(text: str, offset: int, cursor: int) -> Anchor:
 
 
 class AnchorBook:
-    """The anchors of the open documents (most recently used ``MAX_ANCHORS``). Model thread only.
+    """The anchors of the open documents (most recently used ``MAX_ANCHORS``). Model thread only."""
 
-    Args:
-        max_lines: the most line breaks a typed tail may hold before the anchor moves (0: a new anchor
-            on every line).
-    """
-
-    def __init__(self, max_lines: int = MAX_TAIL_LINES):
-        self.max_lines = max_lines
+    def __init__(self):
         self._anchors: OrderedDict[str, Anchor] = OrderedDict()
         self._kept: dict[str, KeptTail] = {}
         self._spares: dict[str, Anchor] = {}  # set ahead for a likely next cursor (the next line)
 
-    def anchor_for(self, request: CompletionRequest, spare: bool = False) -> int:
+    def anchor_for(self, request: CompletionRequest, spare: bool = False, max_lines: int = 0) -> int:
         """The anchor offset for ``request``'s cursor: the kept one when it holds, else the spare one
         when it holds (it becomes the kept one), else the start of the cursor's line (kept for the next
-        request). With ``spare``, for a cursor expected next (:meth:`lsp_server.session.ModelSession.
-        prepare_next_line`): the start of its line, set as the spare and nothing else changed."""
+        request). ``max_lines``: the most line breaks a typed tail may hold before the anchor moves (0: a
+        new anchor on every line). With ``spare``, for a cursor expected next (:meth:`lsp_server.session.ModelSession.
+        prepare_ahead`): the start of its line, set as the spare and nothing else changed."""
         text, cursor, uri = request.document.text, request.offset, request.uri
         line_start = cursor - len(request.line_prefix)
         if spare:
             self._spares[uri] = _anchor_at(text, line_start, cursor)
             return line_start
         anchor = self._anchors.get(uri)
-        if anchor is None or not anchor.holds(text, cursor, self.max_lines):
+        if anchor is None or not anchor.holds(text, cursor, max_lines):
             held = self._spares.pop(uri, None)
-            if held is not None and held.holds(text, cursor, self.max_lines):
+            if held is not None and held.holds(text, cursor, max_lines):
                 anchor = self.place(uri, text, held.offset, cursor)
             else:
                 anchor = self.place(uri, text, line_start, cursor)
         self._anchors.move_to_end(uri)
         return anchor.offset
+
+    def tail_breaks(self, request: CompletionRequest, max_lines: int) -> int:
+        """Line breaks in the typed tail of ``request``'s cursor from its document's kept anchor (0 when
+        there is none or it would not hold): above 0, anchoring anew at the cursor's line would shorten it."""
+        text, cursor = request.document.text, request.offset
+        anchor = self._anchors.get(request.uri)
+        if anchor is None or not anchor.holds(text, cursor, max_lines):
+            return 0
+        return text.count("\n", anchor.offset, cursor)
+
+    def holds_for(self, request: CompletionRequest, max_lines: int) -> bool:
+        """Whether ``request``'s document has a kept anchor that serves its cursor."""
+        anchor = self._anchors.get(request.uri)
+        return anchor is not None and anchor.holds(request.document.text, request.offset, max_lines)
 
     def place(self, uri: str, text: str, offset: int, cursor: int) -> Anchor:
         """Set ``uri``'s anchor at ``offset`` (a line start at or before ``cursor``).

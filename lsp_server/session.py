@@ -8,7 +8,7 @@ and prompt tokens kept between requests (:class:`lsp_server.draft_sources.DraftS
 * events: :meth:`~ModelSession.document_opened` / ``changed`` / ``closed``, :meth:`~ModelSession.file_changed`
   (the index watcher), :meth:`~ModelSession.warm_up` (after an answer);
 * work ahead of a request: :meth:`~ModelSession.prefill` (after a change) and
-  :meth:`~ModelSession.prepare_next_line` (idle at a line's end, after an answer).
+  :meth:`~ModelSession.prepare_ahead` (idle after an answer: the next line, a new anchor).
 
 Only the model worker (:mod:`lsp_server.worker`) calls these, on its thread, in order: the server's
 services submit operations (``worker.run(ModelSession.complete, ...)``), never closures, and nothing
@@ -33,7 +33,7 @@ from lsp_server.syntax import parser_for
 
 NEXT_LINE_IDLE_S = 0.25  # the model thread idle this long after an answer at a line's end: prepare the next line
 #: What the worker may run (:meth:`lsp_server.worker.ModelWorker.run`); nothing hands a backend out.
-OPERATIONS = frozenset({"complete", "rewrite", "prefill", "prepare_next_line", "document_opened", "document_changed", "document_closed",
+OPERATIONS = frozenset({"complete", "rewrite", "prefill", "prepare_ahead", "document_opened", "document_changed", "document_closed",
                         "file_changed", "warm_up", "describe"})
 
 
@@ -128,31 +128,43 @@ class ModelSession:
         """
         return 0
 
-    def prepare_next_line(self, request: CompletionRequest, other_documents: list[Document] = (),
-                          repo: RepoIndex | None = None, should_stop: Callable[[], bool] | None = None) -> int:
-        """After an answer at the end of a line: once the model thread has been idle ``NEXT_LINE_IDLE_S``,
-        prefill the prompt the next line would start with (:func:`lsp_server.request.after_enter`) into the
-        document's spare KV cache, beside the prompt in use, in pieces that yield to any queued work
-        (``should_stop``), then complete that line, yielding the same way. After Enter, that request
-        reuses the prompt instead of computing the suffix again (every prompt layout: the line start is a
-        token boundary, and healing backs off the indentation), and the completion is its ``#output``
-        draft: when the indentation was guessed right, one verify pass answers it.
-        Returns the prompt tokens computed (0 when it yielded first or there is no such line).
+    def prepare_ahead(self, request: CompletionRequest, other_documents: list[Document] = (),
+                      repo: RepoIndex | None = None, should_stop: Callable[[], bool] | None = None) -> int:
+        """After an answer, once the model thread has been idle ``NEXT_LINE_IDLE_S``, work for the requests
+        likely next, in pieces that yield to any queued work (``should_stop``). Returns the prompt tokens
+        prefilled into the spare KV cache (0 when it yielded first or had nothing to do).
+
+        * At the end of a line: the line after Enter (:func:`lsp_server.request.after_enter`). Its prompt
+          goes into the document's spare KV cache, beside the prompt in use, unless the typed-tail anchor
+          holds for it (``promptTailLines`` above 0: the tail only grows by the line break); then that line
+          is completed. After Enter, the request reuses the prompt instead of computing the suffix again
+          (every prompt layout: the line start is a token boundary, and healing backs off the indentation),
+          and the completion is its ``#output`` draft: when the indentation was guessed right, one verify
+          pass answers it.
+        * Elsewhere, when the typed tail holds line breaks: the prompt anchored anew at the cursor's line
+          goes into the spare (a re-anchor in idle time), so that when the tail outgrows
+          ``promptTailLines``, the new anchor's prompt is there (:meth:`lsp_server.prompt_anchor.
+          AnchorBook.anchor_for` takes the spare anchor).
         """
         stop = should_stop or (lambda: False)
+        if request.cancelled.is_set() or uri_looks_secret(request.uri):
+            return 0
+        max_lines = request.settings.prompt_tail_lines
         ahead = after_enter(request)
-        backend = self.backends[ROLE_COMPLETION]
-        if ahead is None or request.cancelled.is_set() or uri_looks_secret(request.uri):
+        if ahead is None and not self.sources.anchors.tail_breaks(request, max_lines):
             return 0
         waited = time.monotonic() + NEXT_LINE_IDLE_S
-        while time.monotonic() < waited:  # a pause at a line's end, not a key between two others
+        while time.monotonic() < waited:  # a pause, not a key between two others
             if stop():
                 return 0
             time.sleep(0.01)
+        backend = self.backends[ROLE_COMPLETION]
         others = context_documents(other_documents)
-        prompt, _, _ = prepare_prompt(backend, ahead, others, repo, self.sources, spare=True)
-        fed = backend.prefill(prompt.prompt_ids, request.uri, stop, spare=True)
-        if not stop():
+        fed = 0
+        if ahead is None or not self.sources.anchors.holds_for(ahead, max_lines):
+            prompt, _, _ = prepare_prompt(backend, ahead or request, others, repo, self.sources, spare=True)
+            fed = backend.prefill(prompt.prompt_ids, request.uri, stop, spare=True)
+        if ahead is not None and not stop():
             # Its time budget runs from here, as a request's from its arrival.
             complete(backend, replace(ahead, cancelled=_Yield(stop), received=time.perf_counter()), others, repo,
                      self.sources)

@@ -117,8 +117,8 @@ class FakeSession:
         self._record("prefill", document)
         return 0
 
-    def prepare_next_line(self, request, other_documents=(), repo=None, should_stop=None) -> int:
-        self._record("prepare_next_line", request)
+    def prepare_ahead(self, request, other_documents=(), repo=None, should_stop=None) -> int:
+        self._record("prepare_ahead", request)
         return 0
 
     def document_opened(self, document) -> None:

@@ -103,13 +103,15 @@ def test_the_anchor_moves_when_the_cursor_leaves_the_run_text_before_it_changes_
     # A cursor before the anchor: the anchor moves to its line.
     assert book.anchor_for(request_at(closed, 4)) == 0
     # Two lines allowed: the anchor stays across a line break, not past MAX_TAIL_CHARS.
-    wide = AnchorBook(max_lines=2)
-    wide.anchor_for(request_at(*typed("    x = 1")))
-    assert wide.anchor_for(request_at(text2, len(HEAD) + len("    x = 12\n    y"))) == len(HEAD)
+    wide = AnchorBook()
+    wide.anchor_for(request_at(*typed("    x = 1")), max_lines=2)
+    assert wide.anchor_for(request_at(text2, len(HEAD) + len("    x = 12\n    y")), max_lines=2) == len(HEAD)
+    three = HEAD + "    x = 12\n    y = 2\n    z = 3\n    w" + FOOT  # a third line break: anchored anew
+    assert wide.anchor_for(request_at(three, len(three) - len(FOOT)), max_lines=2) == len(three) - len(FOOT) - 5
     long_line = "    s = '" + "a" * MAX_TAIL_CHARS
-    assert wide.anchor_for(request_at(*typed(long_line))) == len(HEAD)  # set at this line: the old one fails
+    assert wide.anchor_for(request_at(*typed(long_line)), max_lines=2) == len(HEAD)  # the old one fails
     longer = typed(long_line + "b")
-    assert wide.anchor_for(request_at(*longer)) == len(HEAD)  # still the line start, placed again
+    assert wide.anchor_for(request_at(*longer), max_lines=2) == len(HEAD)  # still the line start, placed again
 
 
 def test_an_anchor_must_be_a_line_start_before_the_cursor():

@@ -100,14 +100,15 @@ def test_a_cancelled_generation_feeds_the_next_request(backend):
     assert sum(s.accepted for s in output_stats(again).values()) > 0, again.generation.stats.sources
 
 
-@pytest.mark.parametrize("layout", ["psm", "tail"])
-def test_a_pause_at_a_line_end_prepares_the_next_lines_prompt(backend, layout):
-    """ModelSession.prepare_next_line: idle at the end of a line, the prompt after Enter goes into the
-    spare cache; after Enter the request computes only its indentation, and answers as a fresh session."""
+@pytest.mark.parametrize("layout,tail_lines", [("psm", 0), ("tail", 0), ("tail", 2)])
+def test_a_pause_at_a_line_end_prepares_the_next_lines_prompt(backend, layout, tail_lines):
+    """ModelSession.prepare_ahead at the end of a line: the prompt after Enter goes into the spare cache
+    (with a tail of up to 2 lines the anchor holds, and nothing goes there); after Enter the request
+    computes only its indentation, and answers as a fresh session."""
     from lsp_server.request import after_enter
     from lsp_server.session import ModelSession
 
-    settings = replace(SETTINGS, prompt_layout=layout)
+    settings = replace(SETTINGS, prompt_layout=layout, prompt_tail_lines=tail_lines)
     line = "    with open(path) as handle:"
     text = HEAD + "lines(path):\n" + line
     below = "\n\n\ndef write_config(path, text):\n    with open(path, 'w') as handle:\n        handle.write(text)\n"
@@ -115,20 +116,56 @@ def test_a_pause_at_a_line_end_prepares_the_next_lines_prompt(backend, layout):
     at_end = resolve_request(Document("file:///cfg.py", text + below, 1, "python"), types.Position(
         line=text.count("\n"), character=len(line)), UTF32, settings)
     session.complete(at_end)
-    assert session.prepare_next_line(at_end, should_stop=lambda: True) == 0  # work queued: it yields at once
-    assert session.prepare_next_line(at_end) > 40  # the whole prompt of the next line, into the spare
+    assert session.prepare_ahead(at_end, should_stop=lambda: True) == 0  # work queued: it yields at once
+    fed = session.prepare_ahead(at_end)
+    if tail_lines:
+        assert fed == 0  # the anchor holds after Enter: the next line is completed on the prompt in use
+    else:
+        assert fed > 40  # the whole prompt of the next line, into the spare
     entered = after_enter(at_end)
     assert entered.document.text == text + "\n        " + below and entered.line_prefix == "        "
     request = resolve_request(Document("file:///cfg.py", entered.document.text, 2, "python"), types.Position(
         line=text.count("\n") + 1, character=8), UTF32, settings)
+    anchors = copy.deepcopy(session.sources.anchors)  # a fresh session with the same prompt
     answer = session.complete(request)
     # Without the spare the suffix (the function below) would be computed again after the new line break.
     assert answer.generation.stats.prefill_computed <= 3, answer.generation.stats
     # The line was completed ahead too: its output is drafted and accepted.
     assert sum(s.accepted for s in output_stats(answer).values()) > 0, answer.generation.stats.sources
     fresh = ModelSession(as_backend(Engine.load(EngineConfig(model="starter", draft_model="none", device="cpu",
-                                                             dtype="float32")))).complete(request)
-    assert answer.insert_text == fresh.insert_text
+                                                             dtype="float32"))))
+    fresh.sources.anchors = anchors
+    assert answer.insert_text == fresh.complete(request).insert_text
+
+
+def test_a_pause_on_a_later_line_of_the_tail_anchors_anew_in_the_spare(backend):
+    """ModelSession.prepare_ahead inside a tail that holds a line break: the prompt anchored at the cursor's
+    line goes into the spare; when the tail then outgrows promptTailLines, the request takes that anchor
+    and computes only its own tail, and answers as a fresh session."""
+    from lsp_server.session import ModelSession
+
+    settings = replace(SETTINGS, prompt_tail_lines=1)
+    below = "\n\n\ndef write_config(path, text):\n    with open(path, 'w') as handle:\n        handle.write(text)\n"
+    session = ModelSession(backend)
+
+    def request_at(typed: str, version: int):
+        text = HEAD + typed
+        return resolve_request(Document("file:///cfg.py", text + below, version, "python"), types.Position(
+            line=text.count("\n"), character=len(text) - text.rfind("\n") - 1), UTF32, settings)
+
+    session.complete(request_at("lines(path):", 1))  # anchored at the line "def read_..."
+    on_next = request_at("lines(path):\n    ", 2)  # after Enter, on the new line's indentation
+    session.complete(on_next)
+    assert session.sources.anchors.tail_breaks(on_next, 1) == 1
+    assert session.prepare_ahead(on_next) > 40  # the prompt anchored at the new line, into the spare
+    third = request_at("lines(path):\n    with open(path) as handle:\n        return", 3)
+    assert not session.sources.anchors.holds_for(third, 1)  # two line breaks: the kept anchor fails
+    answer = session.complete(third)
+    assert answer.generation.stats.prefill_computed < 20, answer.generation.stats  # not the suffix again
+    fresh = ModelSession(as_backend(Engine.load(EngineConfig(model="starter", draft_model="none", device="cpu",
+                                                             dtype="float32"))))
+    fresh.sources.anchors.place(third.uri, third.document.text, len(HEAD) + len("lines(path):\n"), third.offset)
+    assert answer.insert_text == fresh.complete(third).insert_text
 
 
 def test_the_next_line_follows_the_lines_indentation():

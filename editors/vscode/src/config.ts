@@ -23,6 +23,7 @@ export const SERVER_SETTINGS = [
   "draftMinConfidence",
   "tokenHealing",
   "promptLayout",
+  "promptTailLines",
   "completeAhead",
   "timeBudgetMs",
   "prefixTokens",
