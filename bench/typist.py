@@ -241,6 +241,10 @@ async def run_row(args: argparse.Namespace, pace_name: str, functions, backend: 
             "shown_by_model": outcome.shown_by_model, "taken": outcome.taken,
             "model_latency_ms": {"p50": percentile(model_latency, 50), "p95": percentile(model_latency, 95)},
             "statuses": {s: sum(1 for r in records if r["status"] == s) for s in {r["status"] for r in records}},
+            # the requests' own prefill (work ahead on the model thread is not in the trace)
+            "prompt_tokens_computed": sum(r.get("prefill_computed", 0) for r in records),
+            "prefills_over_100_tokens": sum(1 for r in records if r.get("prefill_computed", 0) > 100),
+            "answers_past_the_time_budget": sum(1 for r in records if r.get("finish") == "time"),
             "replays": replays}
 
 
@@ -281,12 +285,14 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "typist.json").write_text(json.dumps(result, indent=2) + "\n")
-    print("row | pace | chars taken | share | shown / by model / taken | model p50/p95 ms | requests | superseded")
+    print("row | pace | chars taken | share | shown / by model / taken | model p50/p95 ms | requests | superseded | "
+          "prompt tokens computed (prefills over 100)")
     for row in rows:
         latency = row["model_latency_ms"]
         print(f"{row['row']} | {row['pace']} | {row['taken_characters']}/{row['characters']} | {row['taken_share']:.1%} | "
               f"{row['shown']} / {row['shown_by_model']} / {row['taken']} | {latency['p50']}/{latency['p95']} | "
-              f"{row['requests']} | {row['superseded']}")
+              f"{row['requests']} | {row['superseded']} | {row['prompt_tokens_computed']} "
+              f"({row['prefills_over_100_tokens']})")
     for row in rows:
         if "exactness" in row:
             e = row["exactness"]

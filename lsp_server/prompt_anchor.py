@@ -64,6 +64,23 @@ class KeptTail:
         return tail.startswith(self.text) and self.written.startswith(tail[len(self.text):])
 
 
+def fresh_anchor(text: str, line_start: int, cursor: int, max_lines: int) -> int:
+    """Where a new anchor goes for a cursor at ``cursor`` on the line starting at ``line_start``:
+    ``max_lines // 2`` line starts above it (fewer at the document's start or where the tail would pass
+    half of ``MAX_TAIL_CHARS``), so that a new tail already holds the lines just written, which the model
+    completes better after ``<|fim_middle|>`` than before the suffix (docs/performance.md#the-typed-tail-prompt),
+    and may grow by as many before it moves again."""
+    offset = line_start
+    for _ in range(max_lines // 2):
+        if offset == 0:
+            break
+        above = text.rfind("\n", 0, offset - 1) + 1
+        if cursor - above > MAX_TAIL_CHARS // 2:
+            break
+        offset = above
+    return offset
+
+
 def _anchor_at(text: str, offset: int, cursor: int) -> Anchor:
     """The anchor at ``offset`` for a cursor at ``cursor`` in ``text``.
 
@@ -85,33 +102,35 @@ class AnchorBook:
 
     def anchor_for(self, request: CompletionRequest, spare: bool = False, max_lines: int = 0) -> int:
         """The anchor offset for ``request``'s cursor: the kept one when it holds, else the spare one
-        when it holds (it becomes the kept one), else the start of the cursor's line (kept for the next
-        request). ``max_lines``: the most line breaks a typed tail may hold before the anchor moves (0: a
-        new anchor on every line). With ``spare``, for a cursor expected next (:meth:`lsp_server.session.ModelSession.
-        prepare_ahead`): the start of its line, set as the spare and nothing else changed."""
+        when it holds (it becomes the kept one), else a new one (kept for the next request).
+        ``max_lines``: the most line breaks a typed tail may hold before the anchor moves (0: a new anchor
+        on every line); a new anchor is the line start ``max_lines // 2`` lines above the cursor's
+        (:func:`fresh_anchor`). With ``spare``, for a cursor expected next (:meth:`lsp_server.session.
+        ModelSession.prepare_ahead`): a new anchor for it, set as the spare and nothing else changed."""
         text, cursor, uri = request.document.text, request.offset, request.uri
         line_start = cursor - len(request.line_prefix)
         if spare:
-            self._spares[uri] = _anchor_at(text, line_start, cursor)
-            return line_start
+            offset = fresh_anchor(text, line_start, cursor, max_lines)
+            self._spares[uri] = _anchor_at(text, offset, cursor)
+            return offset
         anchor = self._anchors.get(uri)
         if anchor is None or not anchor.holds(text, cursor, max_lines):
             held = self._spares.pop(uri, None)
             if held is not None and held.holds(text, cursor, max_lines):
                 anchor = self.place(uri, text, held.offset, cursor)
             else:
-                anchor = self.place(uri, text, line_start, cursor)
+                anchor = self.place(uri, text, fresh_anchor(text, line_start, cursor, max_lines), cursor)
         self._anchors.move_to_end(uri)
         return anchor.offset
 
-    def tail_breaks(self, request: CompletionRequest, max_lines: int) -> int:
-        """Line breaks in the typed tail of ``request``'s cursor from its document's kept anchor (0 when
-        there is none or it would not hold): above 0, anchoring anew at the cursor's line would shorten it."""
+    def would_move(self, request: CompletionRequest, max_lines: int) -> bool:
+        """Whether a new anchor for ``request``'s cursor would lie after its document's kept anchor, which
+        holds (a new one would shorten the tail: worth preparing in idle time); False without one."""
         text, cursor = request.document.text, request.offset
         anchor = self._anchors.get(request.uri)
         if anchor is None or not anchor.holds(text, cursor, max_lines):
-            return 0
-        return text.count("\n", anchor.offset, cursor)
+            return False
+        return fresh_anchor(text, cursor - len(request.line_prefix), cursor, max_lines) > anchor.offset
 
     def holds_for(self, request: CompletionRequest, max_lines: int) -> bool:
         """Whether ``request``'s document has a kept anchor that serves its cursor."""

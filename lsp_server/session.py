@@ -141,8 +141,8 @@ class ModelSession:
           (every prompt layout: the line start is a token boundary, and healing backs off the indentation),
           and the completion is its ``#output`` draft: when the indentation was guessed right, one verify
           pass answers it.
-        * Elsewhere, when the typed tail holds line breaks: the prompt anchored anew at the cursor's line
-          goes into the spare (a re-anchor in idle time), so that when the tail outgrows
+        * Elsewhere, when a new anchor would lie after the kept one: the prompt anchored anew goes into the
+          spare (a re-anchor in idle time), so that when the tail outgrows
           ``promptTailLines``, the new anchor's prompt is there (:meth:`lsp_server.prompt_anchor.
           AnchorBook.anchor_for` takes the spare anchor).
         """
@@ -151,7 +151,7 @@ class ModelSession:
             return 0
         max_lines = request.settings.prompt_tail_lines
         ahead = after_enter(request)
-        if ahead is None and not self.sources.anchors.tail_breaks(request, max_lines):
+        if ahead is None and not self.sources.anchors.would_move(request, max_lines):
             return 0
         waited = time.monotonic() + NEXT_LINE_IDLE_S
         while time.monotonic() < waited:  # a pause, not a key between two others

@@ -102,14 +102,17 @@ def test_the_anchor_moves_when_the_cursor_leaves_the_run_text_before_it_changes_
     assert book.anchor_for(request_at(closed, len(HEAD) + 6)) == len(HEAD)
     # A cursor before the anchor: the anchor moves to its line.
     assert book.anchor_for(request_at(closed, 4)) == 0
-    # Two lines allowed: the anchor stays across a line break, not past MAX_TAIL_CHARS.
+    # Two lines allowed: a new anchor is set a line up (2 // 2), and holds across line breaks up to two.
     wide = AnchorBook()
-    wide.anchor_for(request_at(*typed("    x = 1")), max_lines=2)
-    assert wide.anchor_for(request_at(text2, len(HEAD) + len("    x = 12\n    y")), max_lines=2) == len(HEAD)
-    three = HEAD + "    x = 12\n    y = 2\n    z = 3\n    w" + FOOT  # a third line break: anchored anew
-    assert wide.anchor_for(request_at(three, len(three) - len(FOOT)), max_lines=2) == len(three) - len(FOOT) - 5
+    up = len("import math\n\n\n")  # the start of the line above the cursor's
+    assert wide.anchor_for(request_at(*typed("    x = 1")), max_lines=2) == up
+    assert not wide.would_move(request_at(*typed("    x = 1")), max_lines=2)
+    assert wide.anchor_for(request_at(text2, len(HEAD) + len("    x = 12\n    y")), max_lines=2) == up
+    assert wide.would_move(request_at(text2, len(HEAD) + len("    x = 12\n    y")), max_lines=2)
+    three = HEAD + "    x = 12\n    y = 2\n    z = 3\n    w" + FOOT  # four line breaks from there: anew, a line up
+    assert wide.anchor_for(request_at(three, len(three) - len(FOOT)), max_lines=2) == three.index("    z = 3")
     long_line = "    s = '" + "a" * MAX_TAIL_CHARS
-    assert wide.anchor_for(request_at(*typed(long_line)), max_lines=2) == len(HEAD)  # the old one fails
+    assert wide.anchor_for(request_at(*typed(long_line)), max_lines=2) == len(HEAD)  # no line up: the tail is long
     longer = typed(long_line + "b")
     assert wide.anchor_for(request_at(*longer), max_lines=2) == len(HEAD)  # still the line start, placed again
 

@@ -89,7 +89,8 @@ async def test_an_answer_is_remembered_and_typing_through_it_asks_the_session_no
     answer = await completions.complete("inlineCompletion", URI, types.Position(line=4, character=4))
     assert answer.insert_text == "return a - b" and answer.completion is not None
     await _settled(worker)
-    assert session.names()[-2:] == ["complete", "warm_up"]  # warm-up after the answer, on the model thread
+    # After the answer, on the model thread: the warm-up, and the work ahead of the next request
+    assert session.names()[-3:] == ["complete", "warm_up", "prepare_ahead"]
     assert "ok" in sent[-1].message and "queue=" in sent[-1].message
     store.change(types.DidChangeTextDocumentParams(
         text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=2),

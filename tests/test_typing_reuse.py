@@ -156,7 +156,7 @@ def test_a_pause_on_a_later_line_of_the_tail_anchors_anew_in_the_spare(backend):
     session.complete(request_at("lines(path):", 1))  # anchored at the line "def read_..."
     on_next = request_at("lines(path):\n    ", 2)  # after Enter, on the new line's indentation
     session.complete(on_next)
-    assert session.sources.anchors.tail_breaks(on_next, 1) == 1
+    assert session.sources.anchors.would_move(on_next, 1)
     assert session.prepare_ahead(on_next) > 40  # the prompt anchored at the new line, into the spare
     third = request_at("lines(path):\n    with open(path) as handle:\n        return", 3)
     assert not session.sources.anchors.holds_for(third, 1)  # two line breaks: the kept anchor fails
