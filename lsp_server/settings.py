@@ -109,9 +109,10 @@ class Settings:
         "psm (prefix, suffix, middle), or auto: tail for the model families it passed the quality gate on "
         "(Qwen2.5-Coder), else psm.", enum=["auto", "tail", "psm"])
     prompt_tail_lines: int = _setting(
-        0, "The tail prompt layout: line breaks the typed tail may hold before the prompt is anchored anew "
-        "at the cursor's line (0: anchored anew on every line; more: after Enter only the new tail is "
-        "computed, not the suffix).", minimum=0, maximum=64)
+        4, "The tail prompt layout: line breaks the tail after the middle marker may hold before the prompt is "
+        "anchored anew, half as many lines above the cursor's (0: at the cursor's line, on every line). After "
+        "Enter only the new tail is computed, not the suffix, and the lines just written stand right before "
+        "what the model writes.", minimum=0, maximum=64)
     complete_ahead: bool = _setting(
         True, "Start the inline completion at the keystroke, for the cursor the change leaves, when the editor "
         "asks for them while typing; the request that follows takes it. Exactness is unaffected.")
