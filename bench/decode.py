@@ -132,31 +132,36 @@ def lookup_bound_passes(prompt: list[int], output: list[int], max_draft: int, mi
 
 
 @torch.inference_mode()
-def replay_logits(model, prompt: list[int], output: list[int], chunk: int) -> torch.Tensor:
+def replay_logits(model, prompt: list[int], output: list[int], chunk: int, prompt_chunk: int = 0) -> torch.Tensor:
     """Teacher-forced logits predicting each token of ``output``: the prompt but its last token in one
-    pass, then the last prompt token and ``output[:-1]`` fed ``chunk`` tokens per pass, as plain
-    decoding (``chunk`` 1) or a verify pass over ``chunk`` tokens computes them.
+    pass (or in pieces of ``prompt_chunk`` tokens, as a server's prefill in pieces builds it), then the last
+    prompt token and ``output[:-1]`` fed ``chunk`` tokens per pass, as plain decoding (``chunk`` 1) or a
+    verify pass over ``chunk`` tokens computes them.
 
     Returns:
         ``(len(output), V)`` float32 logits.
     """
     state = cache_state(model)
-    if len(prompt) > 1:
-        state.forward(prompt[:-1], logits_to_keep=1)
+    head = prompt[:-1]
+    step = prompt_chunk or max(1, len(head))
+    for i in range(0, len(head), step):
+        state.forward(head[i:i + step], logits_to_keep=1)
     fed = prompt[-1:] + output[:-1]
     return torch.cat([state.forward(fed[i:i + chunk]).float() for i in range(0, len(fed), chunk)])
 
 
 def divergence_within_noise(engine: Engine, prompt: list[int], reference: list[int], tokens: list[int],
-                            chunk: int) -> tuple[bool, float, float]:
+                            chunk: int, prompt_chunks: tuple[int, ...] = ()) -> tuple[bool, float, float]:
     """Where ``tokens`` first leaves ``reference`` (our plain greedy output), whether that is kernel noise.
 
     The two competing tokens are the reference's and the other output's at the parting position; their
     lead (reference logit minus the other) is computed over the reference's positions up to the parting
     one twice: step by step, as plain decoding did, and in passes of ``chunk`` tokens, as verification
-    does (the passes need not line up with the real run's, only be computed the same way). The noise is
-    the largest change of that lead between the two computations at any of those positions; the parting
-    is within noise when the step-by-step lead at the parting position is no larger. In float32 the
+    does (the passes need not line up with the real run's, only be computed the same way); and, for each of
+    ``prompt_chunks``, step by step after the prompt was prefilled in pieces of that many tokens (a server
+    builds a prompt's KV in pieces, over several requests). The noise is the largest change of that lead
+    between the step-by-step computation and any other at any of those positions; the parting is within
+    noise when the step-by-step lead at the parting position is no larger. In float32 the
     noise is about 1e-5 and a real fault stands far outside it; in bfloat16 it reaches whole logits on
     the real 1.5B (docs/exactness.md, "Exactness in low precision").
 
@@ -174,6 +179,9 @@ def divergence_within_noise(engine: Engine, prompt: list[int], reference: list[i
     lead_stepwise = stepwise[:, ours] - stepwise[:, other]  # (common + 1,)
     lead_passes = passes[:, ours] - passes[:, other]
     noise = float((lead_stepwise - lead_passes).abs().max())
+    for prompt_chunk in prompt_chunks:
+        pieces = replay_logits(model, prompt, reference[:common + 1], 1, prompt_chunk)
+        noise = max(noise, float((lead_stepwise - (pieces[:, ours] - pieces[:, other])).abs().max()))
     lead = float(lead_stepwise[common])
     return lead <= noise, lead, noise
 

@@ -6,7 +6,8 @@ text; :func:`lsp_server.tracing.replay_record`). :func:`check_replays` decodes e
 ``--drafter none`` (the target alone, one token a step, under the same healing constraint) and compares
 token for token. Where the two part, it measures whether that lies within the kernel noise of the
 target's dtype (:func:`bench.decode.divergence_within_noise`: a verify pass over several tokens and
-one-token steps compute the logits differently; in bfloat16 by up to whole logits, docs/exactness.md).
+one-token steps compute the logits differently, and so does a prompt prefilled in the server's pieces; in
+bfloat16 by up to whole logits, docs/exactness.md).
 A parting outside that noise is a fault of ours.
 
 Greedy answers only: a sampled answer has no single plain output to equal (the statistical tier,
@@ -18,7 +19,13 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
-from decoding.types import DEFAULT_MAX_DRAFT_TOKENS, EngineConfig, GenerationConfig
+from decoding.types import DEFAULT_MAX_DRAFT_TOKENS, DEFAULT_PREFILL_CHUNK_TOKENS, EngineConfig, GenerationConfig
+from lsp_server.backends.local import BACKGROUND_CHUNK_TOKENS
+
+#: The pieces a server prefills a prompt in (a request's prefill, and work ahead in idle time), whose KV
+#: differs from one pass's by the kernel noise; the verify pass's length is added (a prompt that holds
+#: earlier output, the typed tail, was computed in verify passes).
+SERVER_PIECES = (DEFAULT_PREFILL_CHUNK_TOKENS, BACKGROUND_CHUNK_TOKENS)
 
 
 def plain_config(replay: dict) -> GenerationConfig:
@@ -68,7 +75,8 @@ def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto"
             if plain == output:
                 summary["identical"] += 1
                 continue
-            within, lead, noise = divergence_within_noise(engine, prompt, plain, output, chunk)
+            within, lead, noise = divergence_within_noise(engine, prompt, plain, output, chunk,
+                                                          SERVER_PIECES + (chunk,))
             summary["within_noise" if within else "outside_noise"] += 1
             if noise == noise:  # not NaN
                 summary["max_noise_logits"] = max(summary["max_noise_logits"], noise)
