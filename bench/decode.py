@@ -175,7 +175,11 @@ def divergence_within_noise(engine: Engine, prompt: list[int], reference: list[i
     model = engine.target.model
     ours, other = reference[common], tokens[common]
     stepwise = replay_logits(model, prompt, reference[:common + 1], 1)
-    passes = replay_logits(model, prompt, reference[:common + 1], max(2, chunk))
+    # A pass of ``chunk`` tokens from every position up to the parting one, the first included: the
+    # tokens after it only give the pass its length (positions before them do not see them).
+    span = max(2, chunk)
+    padded = (reference + reference[-1:] * span)[:common + span]
+    passes = replay_logits(model, prompt, padded, span)[:common + 1]
     lead_stepwise = stepwise[:, ours] - stepwise[:, other]  # (common + 1,)
     lead_passes = passes[:, ours] - passes[:, other]
     noise = float((lead_stepwise - lead_passes).abs().max())

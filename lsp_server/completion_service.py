@@ -116,10 +116,9 @@ class CompletionService:
         if status != "ok" or not completion.insert_text.strip():
             return None
         self.type_through.remember(uri, request.document.text, request.offset, completion.insert_text)
-        # The next line or a new anchor, as if the suggestion were taken, if the user pauses here
+        # The next line's prompt or a new anchor, if the user pauses here
         pipeline.in_background(ModelSession.prepare_ahead, request, self._others(uri), self.repo_ref(),
-                               after_the_answer=True, should_stop=pipeline.worker.has_waiting,
-                               shown=completion.insert_text)
+                               after_the_answer=True, should_stop=pipeline.worker.has_waiting)
         return pipeline.answer(request, completion.insert_text, completion.prompt.cursor_offset,
                                completion=completion)
 

@@ -63,18 +63,6 @@ def ends_a_line(request: CompletionRequest) -> bool:
     return not request.line_suffix.strip() and bool(request.line_prefix.strip())
 
 
-def after_accepting(request: CompletionRequest, text: str) -> CompletionRequest:
-    """The request the cursor would make after ``text`` (a suggestion, in the document's own line endings)
-    is inserted at it, by Tab or by typing it through: the cursor after ``text``. For work ahead."""
-    document = request.document
-    inserted = Document(document.uri, document.text[: request.offset] + text + document.text[request.offset:],
-                        document.version, document.language_id)
-    line_prefix = (request.line_prefix + text).rsplit("\n", 1)[-1]
-    return CompletionRequest(inserted, request.offset + len(text), line_prefix, request.line_suffix,
-                             request.settings, automatic=True, method="after accepting",
-                             request_id=request.request_id)
-
-
 def after_enter(request: CompletionRequest) -> CompletionRequest | None:
     """The request the next line would make if the user pressed Enter now: the cursor at the end of a line
     that holds code (``None`` otherwise, :func:`ends_a_line`), a line break and the line's indentation (one

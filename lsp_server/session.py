@@ -28,7 +28,7 @@ from lsp_server.draft_sources import DraftSources
 from lsp_server.workspace.file_rules import uri_looks_secret
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.related_files import context_documents
-from lsp_server.request import CompletionRequest, after_accepting, after_enter
+from lsp_server.request import CompletionRequest, after_enter
 from lsp_server.syntax import parser_for
 
 NEXT_LINE_IDLE_S = 0.25  # the model thread idle this long after an answer at a line's end: prepare the next line
@@ -129,15 +129,10 @@ class ModelSession:
         return 0
 
     def prepare_ahead(self, request: CompletionRequest, other_documents: list[Document] = (),
-                      repo: RepoIndex | None = None, should_stop: Callable[[], bool] | None = None,
-                      shown: str = "") -> int:
+                      repo: RepoIndex | None = None, should_stop: Callable[[], bool] | None = None) -> int:
         """After an answer, once the model thread has been idle ``NEXT_LINE_IDLE_S``, work for the requests
         likely next, in pieces that yield to any queued work (``should_stop``). Returns the prompt tokens
         prefilled into the spare KV cache (0 when it yielded first or had nothing to do).
-
-        ``shown``: the suggestion just answered (in the document's line endings): the work ahead is for the
-        document as if it were accepted (:func:`lsp_server.request.after_accepting`; llama.vim's
-        "speculative FIM"), since taking it, by Tab or by typing it through, leaves the cursor there.
 
         * At the end of a line: the line after Enter (:func:`lsp_server.request.after_enter`). Its prompt
           goes into the document's spare KV cache, beside the prompt in use, unless the typed-tail anchor
@@ -155,8 +150,6 @@ class ModelSession:
         if request.cancelled.is_set() or uri_looks_secret(request.uri):
             return 0
         max_lines = request.settings.prompt_tail_lines
-        if shown:
-            request = after_accepting(request, shown)
         ahead = after_enter(request)
         if ahead is None and not self.sources.anchors.would_move(request, max_lines):
             return 0

@@ -117,7 +117,7 @@ class FakeSession:
         self._record("prefill", document)
         return 0
 
-    def prepare_ahead(self, request, other_documents=(), repo=None, should_stop=None, shown="") -> int:
+    def prepare_ahead(self, request, other_documents=(), repo=None, should_stop=None) -> int:
         self._record("prepare_ahead", request)
         return 0
 

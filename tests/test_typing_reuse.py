@@ -183,33 +183,3 @@ def test_the_next_line_follows_the_lines_indentation():
     assert after_enter(at_end("    ")) is None  # a blank line: nothing to finish
     crlf = after_enter(at_end("a = 1\r\nb = 2"))
     assert crlf.document.text == "a = 1\r\nb = 2\r\n" and crlf.offset == len(crlf.document.text)
-
-
-def test_work_ahead_takes_the_shown_suggestion_as_accepted(backend):
-    """ModelSession.prepare_ahead with the suggestion just shown: the next line is completed for the document
-    with the suggestion in it (taken by Tab or typed through) and Enter; after them the request is answered
-    from that output, exactly as a fresh session with the same prompt."""
-    from lsp_server.request import after_accepting, after_enter
-    from lsp_server.session import ModelSession
-
-    below = "\n\n\ndef write_config(path, text):\n    with open(path, 'w') as handle:\n        handle.write(text)\n"
-    text = HEAD + "lines(path):\n    with open(path) as"
-    session = ModelSession(backend)
-    at = resolve_request(Document("file:///cfg.py", text + below, 1, "python"), types.Position(
-        line=text.count("\n"), character=len(text) - text.rfind("\n") - 1), UTF32, SETTINGS)
-    shown = session.complete(at).insert_text
-    assert shown.strip() and "\n" not in shown, shown  # one line: the rest of the with statement
-    session.prepare_ahead(at, shown=shown)
-    entered = after_enter(after_accepting(at, shown))
-    assert entered.document.text == text + shown + "\n" + entered.line_prefix + below
-    request = resolve_request(Document("file:///cfg.py", entered.document.text, 2, "python"), types.Position(
-        line=entered.document.text.count("\n", 0, entered.offset), character=len(entered.line_prefix)), UTF32,
-        SETTINGS)
-    anchors = copy.deepcopy(session.sources.anchors)
-    answer = session.complete(request)
-    assert answer.generation.stats.prefill_computed <= 3, answer.generation.stats
-    assert sum(s.accepted for s in output_stats(answer).values()) > 0, answer.generation.stats.sources
-    fresh = ModelSession(as_backend(Engine.load(EngineConfig(model="starter", draft_model="none", device="cpu",
-                                                             dtype="float32"))))
-    fresh.sources.anchors = anchors
-    assert answer.insert_text == fresh.complete(request).insert_text
