@@ -47,12 +47,12 @@ from lsp_server.workspace.documents import Document
 from lsp_server.workspace.positions import codec_for
 
 KINDS = ("line_start", "mid_line", "mid_token")
-#: variant -> (settings, lines above the cursor's line where the typed-tail anchor is placed)
-VARIANTS = {"psm": ({"token_healing": False, "prompt_layout": "psm"}, 0),
-            "psm_healed": ({"token_healing": True, "prompt_layout": "psm"}, 0),
-            "tail_healed": ({"token_healing": True, "prompt_layout": "tail"}, 0),
-            "tail2_healed": ({"token_healing": True, "prompt_layout": "tail", "prompt_tail_lines": 2}, 2),
-            "tail4_healed": ({"token_healing": True, "prompt_layout": "tail", "prompt_tail_lines": 4}, 4)}
+#: variant -> settings; a tail of N lines (``prompt_tail_lines``) is anchored N lines above the cursor's line
+VARIANTS = {"psm": {"token_healing": False, "prompt_layout": "psm"},
+            "psm_healed": {"token_healing": True, "prompt_layout": "psm"},
+            "tail_healed": {"token_healing": True, "prompt_layout": "tail", "prompt_tail_lines": 0},
+            "tail2_healed": {"token_healing": True, "prompt_layout": "tail", "prompt_tail_lines": 2},
+            "tail4_healed": {"token_healing": True, "prompt_layout": "tail", "prompt_tail_lines": 4}}
 GATE = -0.02  # the largest loss the interval's lower end may show
 
 
@@ -167,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
             continue
         holed, removed = cut_hole(document, position, codec, args.cut_lines)
         for variant in (base, *candidates):
-            overrides, lines_back = VARIANTS[variant]
+            overrides = VARIANTS[variant]
+            lines_back = overrides.get("prompt_tail_lines", 0)
             request = resolve_request(holed, position, codec, replace(settings, **overrides))
             sources = DraftSources()
             if lines_back:

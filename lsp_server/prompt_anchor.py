@@ -126,11 +126,11 @@ class AnchorBook:
     def would_move(self, request: CompletionRequest, max_lines: int) -> bool:
         """Whether a new anchor for ``request``'s cursor would lie after its document's kept anchor, which
         holds (a new one would shorten the tail: worth preparing in idle time); False without one."""
-        text, cursor = request.document.text, request.offset
-        anchor = self._anchors.get(request.uri)
-        if anchor is None or not anchor.holds(text, cursor, max_lines):
+        if not self.holds_for(request, max_lines):
             return False
-        return fresh_anchor(text, cursor - len(request.line_prefix), cursor, max_lines) > anchor.offset
+        text, cursor = request.document.text, request.offset
+        return fresh_anchor(text, cursor - len(request.line_prefix), cursor, max_lines) > \
+            self._anchors[request.uri].offset
 
     def holds_for(self, request: CompletionRequest, max_lines: int) -> bool:
         """Whether ``request``'s document has a kept anchor that serves its cursor."""
