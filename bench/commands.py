@@ -3,11 +3,11 @@ entry point (see :func:`lsp_server.cli.build_parser`)."""
 
 from __future__ import annotations
 
-from bench import cuts, decode, edits, keystrokes, lsp, peers, prompt_gate, scale_out
+from bench import cuts, decode, edits, keystrokes, lsp, peers, prompt_gate, scale_out, step_cost_grid
 
 
 def add_parser(commands) -> None:
-    """Register ``speclsp bench cuts|lsp|decode|edits|scale-out|peers|prompt-gate`` on the CLI's argparse subparsers object."""
+    """Register ``speclsp bench cuts|lsp|decode|edits|scale-out|peers|prompt-gate|step-cost`` on the CLI's argparse subparsers object."""
     bench = commands.add_parser("bench", help="measurements on this machine")
     kinds = bench.add_subparsers(dest="bench", required=True)
     cuts.add_parser(kinds)
@@ -17,3 +17,4 @@ def add_parser(commands) -> None:
     scale_out.add_parser(kinds)
     peers.add_parser(kinds)
     prompt_gate.add_parser(kinds)
+    step_cost_grid.add_parser(kinds)

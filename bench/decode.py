@@ -36,8 +36,8 @@ table of expected tokens per pass and gain against k, measured instead of comput
 ``--cost``: random-init targets with the shapes of real models (Qwen2.5-Coder 0.5B and 1.5B configs;
 weights do not matter for timing) and the time of verifying k tokens relative to decoding one, with a
 512-token cache, on this machine (``DIR/cost.json``).
-``--step-cost``: the same for the real loaded target and draft, in the given ``--dtype`` and
-``--quantization`` (:mod:`bench.step_cost`).
+``--step-cost``: cost(M) of the real loaded target and draft, in the given ``--dtype``, ``--quantization``
+and ``--engine`` (:mod:`bench.step_cost`; every weight path in one run: ``speclsp bench step-cost``).
 A measurement command, not a test: it times this machine.
 """
 
@@ -412,8 +412,10 @@ def add_parser(kinds) -> None:
     decode.add_argument("--cost", action="store_true",
                         help="instead: verify(k)/decode(1) for random-init models of real shapes (DIR/cost.json)")
     decode.add_argument("--step-cost", action="store_true",
-                        help="instead: ms of a pass over 1, 2, 4, 8, 16, 32 tokens and of 128- and 512-token prefill "
-                             "pieces after a 500-token prompt, for the loaded target and draft (with "
-                             "--dtype/--quantization/--engine; DIR/step_cost.json)")
-    decode.add_argument("--cost-shapes", default=",".join(QWEN_SHAPES), help="shapes for --cost")
+                        help="instead: ms of a pass over 1, 2, 4, 8, 16, 32 tokens and of 128-, 512- and 1024-token "
+                             "prefill pieces after a 512-token prompt, for the loaded target and draft (with "
+                             "--dtype/--quantization/--engine; DIR/step_cost.json); every weight path: "
+                             "speclsp bench step-cost")
+    decode.add_argument("--cost-shapes", default="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b",
+                        help=f"shapes for --cost, from {', '.join(QWEN_SHAPES)}")
     decode.set_defaults(run=run)

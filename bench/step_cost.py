@@ -1,13 +1,15 @@
-"""``speclsp bench decode --step-cost``: what one pass of the loaded target and draft costs on this machine.
+"""The cost of a pass of M tokens of a loaded model, cost(M), on this machine: ``speclsp bench step-cost``
+(every weight path, :mod:`bench.step_cost_grid`) and ``speclsp bench decode --step-cost`` (the loaded pair).
 
-For each model of the engine (target, then draft): after a prefill of ``context`` random tokens, the
-wall time (ms) of one pass over 1 token (a plain decoding step), over k tokens (a verify pass, k in
-:data:`VERIFY_TOKENS`) and over a prefill piece (:data:`PREFILL_TOKENS`), each the median of ``repeats``
-passes; the cache is cut back to the prefill
-after every pass, and the lengths are interleaved (1, 2, ..., 512, 1, 2, ...) so that other load on the
-machine spreads over all of them. Also the bytes of the model's weights (quantised weights count
-their packed bytes). Run it once per ``--dtype`` / ``--quantization`` / ``--engine`` to compare them.
-``speclsp bench decode --cost`` (:func:`cost`): the same ratios for random-init models with the shapes
+For a model: after a prefill of ``context`` random tokens, the wall time (ms) of one pass over M tokens
+for M in :data:`PASS_TOKENS` (1: a plain decoding step; 2-32: verify passes) and over a prefill piece
+(:data:`PREFILL_TOKENS`); the cache is cut back to the context after every pass. One untimed round of
+every size comes first (its time is reported: under ``torch.compile`` it holds the compiling), then
+``repeats`` timed rounds, the sizes interleaved (1, 2, ..., 1024, 1, 2, ...) so that other load on the
+machine spreads over all of them; a size whose warm-up pass took over :data:`LONG_PASS_S` is timed in at
+most 2 rounds. Also the bytes of the model's weights (what a pass reads; quantised tensors count their
+packed bytes, a llama.cpp model its GGUF file).
+``speclsp bench decode --cost`` (:func:`cost`): verify/step ratios for random-init models with the shapes
 of real ones (weights do not matter for timing), where the real weights are not installed.
 A measurement command, not a test: it times this machine.
 """
@@ -23,11 +25,14 @@ import torch
 from decoding.engine import Engine
 from decoding.kv_cache import cache_state
 
-VERIFY_TOKENS = (2, 4, 8, 16, 32)  # tokens per verify pass
-PREFILL_TOKENS = (128, 512)  # a prefill piece after the context
+PASS_TOKENS = (1, 2, 4, 8, 16, 32)  # tokens per decoding step or verify pass
+VERIFY_TOKENS = PASS_TOKENS[1:]
+PREFILL_TOKENS = (128, 512, 1024)  # prefill pieces after the context
+CONTEXTS = (512, 2048)  # prompt tokens before the pass
+LONG_PASS_S = 4.0
 
 
-def weight_bytes(model: torch.nn.Module) -> int:
+def weight_bytes(model) -> int:
     """Bytes of ``model``'s parameters as stored (a torchao tensor: the sum of its inner tensors; a
     llama.cpp model: its GGUF file)."""
     path = getattr(model, "path", None)
@@ -48,43 +53,74 @@ def weight_bytes(model: torch.nn.Module) -> int:
 
 
 @torch.inference_mode()
-def pass_costs(model: torch.nn.Module, vocab_size: int, context: int, repeats: int, seed: int) -> dict[int, list[float]]:
-    """ms of each pass over k tokens (k = 1 and :data:`VERIFY_TOKENS`) after a ``context``-token prefill."""
+def pass_costs(model, vocab_size: int, context: int, repeats: int, seed: int,
+               sizes: tuple[int, ...] = PASS_TOKENS + PREFILL_TOKENS) -> tuple[dict[int, list[float]], dict[int, float]]:
+    """``(ms of each timed pass per size, ms of each size's warm-up pass)`` after a ``context``-token prefill.
+
+    Args:
+        model: a transformers causal LM or a llama.cpp model (anything :func:`cache_state` takes).
+        vocab_size: token ids are drawn below it.
+        context: tokens in the cache before every pass.
+        repeats: timed rounds (a size slower than :data:`LONG_PASS_S` at warm-up: at most 2).
+        seed: of the random tokens.
+        sizes: tokens per pass.
+    """
     generator = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, vocab_size, (context,), generator=generator).tolist()
     state = cache_state(model)
     state.forward(prompt, logits_to_keep=1)
-    times: dict[int, list[float]] = {k: [] for k in (1, *VERIFY_TOKENS, *PREFILL_TOKENS)}
-    for _ in range(repeats):
-        for k, samples in times.items():
-            tokens = torch.randint(0, vocab_size, (k,), generator=generator).tolist()
-            start = time.perf_counter()
-            state.forward(tokens)
-            samples.append(1000 * (time.perf_counter() - start))
-            state.rollback(context)
-    return times
+    device = getattr(model, "device", None)
+    cuda = device if isinstance(device, torch.device) and device.type == "cuda" else None
+
+    def timed(size: int) -> float:
+        tokens = torch.randint(0, vocab_size, (size,), generator=generator).tolist()
+        start = time.perf_counter()
+        state.forward(tokens)
+        if cuda is not None:
+            torch.cuda.synchronize(cuda)
+        spent = 1000 * (time.perf_counter() - start)
+        state.rollback(context)
+        return spent
+
+    warmup = {size: timed(size) for size in sizes}
+    times: dict[int, list[float]] = {size: [] for size in sizes}
+    for round_index in range(repeats):
+        for size in sizes:
+            if round_index < 2 or warmup[size] <= 1000 * LONG_PASS_S:
+                times[size].append(timed(size))
+    return times, warmup
 
 
-def step_costs(engine: Engine, context: int = 500, repeats: int = 7, seed: int = 0) -> list[dict]:
-    """One row per loaded model: medians (and minima) of the pass costs, verify/step ratios, weight bytes."""
+def cost_row(name: str, model, vocab_size: int, context: int, repeats: int, seed: int = 0) -> dict:
+    """One model at one context: the median (and fastest) ms per pass size, ratios to a one-token step,
+    the warm-up round and the weight bytes."""
+    times, warmup = pass_costs(model, vocab_size, context, repeats, seed)
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "model": name, "threads": torch.get_num_threads(), "context": context,
+        "weight_bytes": weight_bytes(model),
+        "pass_ms": {str(k): round(v, 1) for k, v in medians.items()},
+        "pass_ms_min": {str(k): round(min(v), 1) for k, v in times.items()},
+        "warmup_ms": {str(k): round(v, 1) for k, v in warmup.items()},
+        "samples": {str(k): len(v) for k, v in times.items()},
+        # the older row keys (bench decode --step-cost before 2026-12-05)
+        "step_ms": round(medians[1], 1),
+        **{f"verify{k}_ms": round(medians[k], 1) for k in VERIFY_TOKENS},
+        **{f"verify{k}_ratio": round(medians[k] / medians[1], 2) for k in VERIFY_TOKENS},
+        **{f"prefill{k}_ms": round(medians[k], 1) for k in PREFILL_TOKENS},
+    }
+
+
+def step_costs(engine: Engine, contexts: tuple[int, ...] = (512,), repeats: int = 5, seed: int = 0) -> list[dict]:
+    """One row per loaded model and context (:func:`cost_row`), with the engine's dtype, quantization and kind."""
     rows = []
     models = [("target", engine.target)] + ([("draft", engine.draft)] if engine.draft is not None else [])
     for role, loaded in models:
-        times = pass_costs(loaded.model, loaded.vocab_size, context, repeats, seed)
-        medians = {k: statistics.median(v) for k, v in times.items()}
-        rows.append({
-            "role": role, "model": loaded.name, "dtype": engine.config.dtype,
-            "quantization": engine.config.quantization, "threads": torch.get_num_threads(), "context": context,
-            "weight_bytes": weight_bytes(loaded.model),
-            "step_ms": round(medians[1], 1), "step_ms_min": round(min(times[1]), 1),
-            **{f"verify{k}_ms": round(medians[k], 1) for k in VERIFY_TOKENS},
-            **{f"verify{k}_ms_min": round(min(times[k]), 1) for k in VERIFY_TOKENS},
-            **{f"verify{k}_ratio": round(medians[k] / medians[1], 2) for k in VERIFY_TOKENS},
-            **{f"prefill{k}_ms": round(medians[k], 1) for k in PREFILL_TOKENS},
-            "engine": engine.config.engine,
-            "samples_ms": {str(k): [round(t, 1) for t in v] for k, v in times.items()},
-        })
-        print(f"step cost: {role} {loaded.name} done", file=sys.stderr)
+        for context in contexts:
+            row = cost_row(loaded.name, loaded.model, loaded.vocab_size, context, repeats, seed)
+            rows.append({"role": role, "dtype": engine.config.dtype, "quantization": engine.config.quantization,
+                         "engine": engine.config.engine, **row})
+            print(f"step cost: {role} {loaded.name} at {context} done", file=sys.stderr)
     return rows
 
 
@@ -94,6 +130,8 @@ QWEN_SHAPES = {  # Qwen2.5-Coder configs (public config.json values)
                                num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
     "qwen2.5-coder-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                                num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-coder-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                             num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
 }
 
 

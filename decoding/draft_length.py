@@ -64,6 +64,16 @@ class VerifyCost:
         self._table: dict[int, tuple[float, ...] | None] = {}  # max_k -> costs, until refreshed
         self._since_table = 0
 
+    def seed(self, pass_ms: dict[int, float], weight: int = 3) -> None:
+        """Start from a curve measured at load (``{tokens per pass: ms}``,
+        :func:`decoding.drafter_choice.pass_costs`): each size gets ``weight`` samples, enough for its
+        median to count, so the first rounds already size drafts by this engine's costs; the real passes
+        recorded later push the seeded samples out (``per_size`` per size)."""
+        for size, ms in sorted(pass_ms.items()):
+            for _ in range(weight):
+                self.record(size, ms)
+        self.mean_ms = pass_ms.get(1, self.mean_ms)
+
     def record(self, tokens_fed: int, ms: float) -> None:
         """One pass that fed ``tokens_fed`` (>= 1) tokens and took ``ms`` milliseconds."""
         self.mean_ms = ms if self.mean_ms == 0 else 0.8 * self.mean_ms + 0.2 * ms

@@ -10,9 +10,12 @@ the README's command: 16.0-21.9 s against 10.5-10.6 s). With c = 0.33, k = 4 and
 2.8 tokens for 2.3 steps (1.2 per step), less than the n-gram lookup's typical 1.4-1.6 tokens per pass
 for one step; at c ≤ 0.2 the draft model is ahead again.
 
-:func:`draft_model_pays` times one-token steps of both models after a short prefill (the fastest of a
-few rounds) and keeps the result per model pair, device, dtype, CPU and thread count in the cache
-(``drafter-costs.json`` under :func:`decoding.gguf_models.cache_root`), so a later load decides at once.
+Both read :func:`pass_costs`: a model's passes of 1, 2, 4, 8 and 16 tokens after a short prefill, timed at
+load (the fastest of a few rounds) and kept per model, kind, device, dtype, CPU and thread count in the
+cache (``pass-costs.json`` under :func:`decoding.gguf_models.cache_root`), so a later load decides at once.
+The same curve seeds the verify-cost model of the draft-length policy
+(:meth:`decoding.draft_length.VerifyCost.seed`), so the first rounds already draft at lengths the
+engine's passes pay for (a llama.cpp pass of 16 tokens costs about 9 one-token steps, a torch one 1.3).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ MAX_DRAFT_COST = 0.2  # the draft model's step over the target's at most this: a
 #: :func:`draft_model_completes`).
 COMPLETION_STEP_MS = 150.0
 _CONTEXT_TOKENS = 128
+PASS_SIZES = (1, 2, 4, 8, 16)  # tokens per pass measured at load (a step, and verify passes)
 _REPEATS = 5
 _MIN_SECONDS = 0.5
 _MAX_ROUNDS = 200
@@ -44,7 +48,7 @@ _MAX_ROUNDS = 200
 
 @dataclass(frozen=True)
 class StepCosts:
-    """Milliseconds of one one-token pass of each model (the fastest round), and where they were measured."""
+    """Milliseconds of one one-token pass of each model (the fastest round), and what they were measured on."""
 
     target_ms: float
     draft_ms: float
@@ -66,70 +70,74 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def cost_key(target_name: str, draft_name: str, model: torch.nn.Module) -> str:
-    """What the costs depend on: the pair, the kind of model (transformers' class or llama.cpp's), device,
-    dtype, the CPU (or GPU) and its threads, torch."""
+def cost_key(name: str, model: torch.nn.Module) -> str:
+    """What a model's pass costs depend on: the model, its kind (transformers' class or llama.cpp's),
+    device, dtype, the CPU (or GPU) and its threads, torch."""
     device = model.device
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
-    return "|".join((target_name, draft_name, type(model).__name__, str(device), str(model.dtype), hardware,
+    return "|".join((name, type(model).__name__, str(device), str(model.dtype), hardware,
                      f"threads={torch.get_num_threads()}", f"torch={torch.__version__}"))
 
 
 @torch.inference_mode()
-def _step_ms(models: list[torch.nn.Module]) -> list[float]:
-    """The fastest one-token pass (ms) of each model after a prefill of ``_CONTEXT_TOKENS`` tokens, over at
-    least ``_REPEATS`` rounds and ``_MIN_SECONDS``; the models' passes are interleaved, so other load on
-    the machine falls on all of them alike."""
+def _pass_ms(model: torch.nn.Module) -> dict[int, float]:
+    """The fastest pass (ms) of ``model`` over M tokens, M in :data:`PASS_SIZES`, after a prefill of
+    ``_CONTEXT_TOKENS`` tokens, over at least ``_REPEATS`` rounds and ``_MIN_SECONDS``; the sizes are
+    interleaved, so other load on the machine falls on all of them alike."""
     generator = torch.Generator().manual_seed(0)
-    vocab = min(1000, *(logits_width(model) for model in models))
-    context = [int(i) for i in torch.randint(0, vocab, (_CONTEXT_TOKENS + 1,), generator=generator)]
-    states = [cache_state(model) for model in models]
-    for state in states:
-        state.prefill(context)
-    times: list[list[float]] = [[] for _ in models]
+    vocab = min(1000, logits_width(model))
+    context = [int(i) for i in torch.randint(0, vocab, (_CONTEXT_TOKENS + max(PASS_SIZES),), generator=generator)]
+    state = cache_state(model)
+    state.prefill(context[: _CONTEXT_TOKENS + 1])
+    times: dict[int, list[float]] = {size: [] for size in PASS_SIZES}
     began = time.perf_counter()
     rounds = 0
     # The first round warms up; then at least _REPEATS rounds and _MIN_SECONDS, so that a burst of other
     # load on the machine (a test suite starting servers beside it) cannot cover every round.
     while rounds <= _REPEATS or (time.perf_counter() - began < _MIN_SECONDS and rounds < _MAX_ROUNDS):
         rounds += 1
-        for state, model, spent in zip(states, models, times):
+        for size, spent in times.items():
             started = time.perf_counter()
-            state.forward(context[-1:], logits_to_keep=1)
+            state.forward(context[_CONTEXT_TOKENS : _CONTEXT_TOKENS + size], logits_to_keep=1)
             if model.device.type == "cuda":
                 torch.cuda.synchronize(model.device)
             spent.append(1000 * (time.perf_counter() - started))
             state.rollback(_CONTEXT_TOKENS)
-    return [min(spent[1:]) for spent in times]  # other load only adds time: the fastest round is the model's
+    return {size: min(spent[1:]) for size, spent in times.items()}  # other load only adds time
 
 
 def _cache_file() -> Path:
-    return cache_root() / "drafter-costs.json"
+    return cache_root() / "pass-costs.json"
 
 
-def measured_costs(target, draft) -> StepCosts:
-    """The step costs of ``target`` and ``draft`` (:class:`decoding.loading.LoadedModel`), from the cache
-    or measured now (and then cached; a cache that cannot be written is only logged)."""
-    key = cost_key(target.name, draft.name, target.model)
+def pass_costs(loaded) -> dict[int, float]:
+    """cost(M): ms of a pass of M tokens of ``loaded`` (:class:`decoding.loading.LoadedModel`) for M in
+    :data:`PASS_SIZES`, from the cache or measured now (and then cached; a cache that cannot be
+    written is only logged)."""
+    key = cost_key(loaded.name, loaded.model)
     path = _cache_file()
     try:
         known = json.loads(path.read_text()) if path.exists() else {}
     except (OSError, ValueError):
         known = {}
-    if key in known:
-        entry = known[key]
-        return StepCosts(float(entry["target_ms"]), float(entry["draft_ms"]), key)
-    target_ms, draft_ms = _step_ms([target.model, draft.model])
-    costs = StepCosts(target_ms, draft_ms, key)
-    known[key] = {"target_ms": round(costs.target_ms, 3), "draft_ms": round(costs.draft_ms, 3)}
+    entry = known.get(key)
+    if isinstance(entry, dict) and all(str(size) in entry for size in PASS_SIZES):
+        return {size: float(entry[str(size)]) for size in PASS_SIZES}
+    costs = _pass_ms(loaded.model)
+    known[key] = {str(size): round(ms, 3) for size, ms in costs.items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(json.dumps(known, indent=1) + "\n")
         temporary.replace(path)
     except OSError as exc:
-        log.warning("could not keep the measured step costs in %s: %s", path, exc)
+        log.warning("could not keep the measured pass costs in %s: %s", path, exc)
     return costs
+
+
+def measured_costs(target, draft) -> StepCosts:
+    """The one-token step costs of ``target`` and ``draft`` (:func:`pass_costs`)."""
+    return StepCosts(pass_costs(target)[1], pass_costs(draft)[1], f"{cost_key(target.name, target.model)} / {draft.name}")
 
 
 def draft_model_pays(target, draft) -> tuple[bool, str]:

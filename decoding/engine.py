@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import replace
 
 from decoding.draft_length import DraftLengthPolicy
-from decoding.drafter_choice import draft_model_pays
+from decoding.drafter_choice import draft_model_pays, pass_costs
 from decoding.drafters.base import Drafter
 from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramDrafter
@@ -118,6 +118,7 @@ class Engine:
                                config.quantization, config.engine)
             check_draft_compatible(target, draft)
         engine = cls(config, target, draft, pair.notice)
+        engine.generator.verify_cost.seed(pass_costs(target))
         if draft is not None:
             engine.auto_uses_draft_model, engine.auto_reason = draft_model_pays(target, draft)
             log.info("%s", engine.auto_reason)
@@ -138,6 +139,7 @@ class Engine:
         engine = Engine(config, self.draft, None, notice if notice is not None else self.notice)
         engine._thread = self._thread
         engine.drafts_for_a_pair = False
+        engine.generator.verify_cost.seed(pass_costs(self.draft))
         return engine
 
     def claim_thread(self) -> None:

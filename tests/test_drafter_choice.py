@@ -24,24 +24,45 @@ def pair():
     return Loaded("tiny-target", tiny_model(seed=0)), Loaded("tiny-draft", tiny_model(seed=1, hidden=16, layers=1))
 
 
-def test_step_costs_are_measured_once_and_kept(pair, tmp_path, monkeypatch):
+def test_pass_costs_are_measured_once_and_kept(pair, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path))
     calls = []
-    real = drafter_choice._step_ms
-    monkeypatch.setattr(drafter_choice, "_step_ms", lambda models: calls.append(1) or real(models))
+    real = drafter_choice._pass_ms
+    monkeypatch.setattr(drafter_choice, "_pass_ms", lambda model: calls.append(1) or real(model))
     first = drafter_choice.measured_costs(*pair)
     second = drafter_choice.measured_costs(*pair)
-    assert len(calls) == 1 and first.target_ms > 0 and first.draft_ms > 0
+    assert len(calls) == 2 and first.target_ms > 0 and first.draft_ms > 0  # once per model
     assert (second.target_ms, second.draft_ms) == (round(first.target_ms, 3), round(first.draft_ms, 3))
-    assert "tiny-target|tiny-draft|Qwen2ForCausalLM|cpu" in first.key and (tmp_path / "drafter-costs.json").exists()
+    assert "tiny-target|Qwen2ForCausalLM|cpu" in first.key and (tmp_path / "pass-costs.json").exists()
+    curve = drafter_choice.pass_costs(pair[0])
+    assert len(calls) == 2 and sorted(curve) == [1, 2, 4, 8, 16] and min(curve.values()) > 0
 
 
 @pytest.mark.parametrize(("draft_ms", "pays"), [(10.0, True), (20.0, True), (33.0, False)])
 def test_the_draft_model_pays_only_when_its_step_is_cheap(pair, tmp_path, monkeypatch, draft_ms, pays):
     monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(drafter_choice, "_step_ms", lambda models: [100.0, draft_ms])
+    steps = {"tiny-target": 100.0, "tiny-draft": draft_ms}
+    monkeypatch.setattr(drafter_choice, "pass_costs", lambda loaded: {1: steps[loaded.name]})
     decided, reason = drafter_choice.draft_model_pays(*pair)
     assert decided is pays and f"{draft_ms / 100:.2f}" in reason
+
+
+def test_the_measured_curve_seeds_the_verify_costs_of_each_engine(tmp_path, monkeypatch):
+    """A loaded engine sizes its first drafts by its own measured pass costs, not by the default guess
+    (a steep curve, as llama.cpp's, and a flat one give other tables before any generation)."""
+    import decoding.engine as engine_module
+
+    monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path))
+    curves = {"starter": {1: 100.0, 2: 180.0, 4: 300.0, 8: 600.0, 16: 900.0},
+              "starter-draft": {1: 10.0, 2: 10.5, 4: 11.0, 8: 12.0, 16: 13.0}}
+    monkeypatch.setattr(engine_module, "pass_costs", lambda loaded: curves[loaded.name])
+    engine = Engine.load(EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="float32"))
+    steep = engine.generator.verify_cost.relative_costs(7)
+    assert steep[:2] == (1.0, 1.8) and steep[3] == 3.0 and steep[7] == 6.0  # medians, 8 tokens = k 7
+    # 3 tokens (k = 2) unmeasured: the least-squares line through the 5 medians, 137.7 ms + 53.5 ms per token
+    assert steep[2] == pytest.approx(2.447, abs=0.005)
+    flat = engine.draft_as_target().generator.verify_cost.relative_costs(15)
+    assert flat[1] == 1.05 and flat[15] == 1.3 and engine.draft_as_target().generator.verify_cost.mean_ms == 10.0
 
 
 @pytest.mark.parametrize("pays", [True, False])
