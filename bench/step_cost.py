@@ -54,7 +54,8 @@ def weight_bytes(model) -> int:
 
 @torch.inference_mode()
 def pass_costs(model, vocab_size: int, context: int, repeats: int, seed: int,
-               sizes: tuple[int, ...] = PASS_TOKENS + PREFILL_TOKENS) -> tuple[dict[int, list[float]], dict[int, float]]:
+               sizes: tuple[int, ...] = PASS_TOKENS + PREFILL_TOKENS,
+               ) -> tuple[dict[int, list[float]], dict[int, float]]:
     """``(ms of each timed pass per size, ms of each size's warm-up pass)`` after a ``context``-token prefill.
 
     Args:

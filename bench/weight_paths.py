@@ -2,11 +2,11 @@
 run a pass over them.
 
 A path is a way to load a model for our loop: torch with bfloat16 weights (the default), torch with
-torchao-quantised linear layers (the ``quantization`` setting's ``int8`` and ``int4``, and two candidates
-not offered as a setting until they win: ``int8_dynamic``, int8 activations and weights through
-``torch._int_mm``, and ``da8w4``, int8 activations and int4 weights through torchao's
-``da8w4_linear_cpu`` kernel), each eager or under ``torch.compile``; or llama.cpp (``engine:
-llama.cpp``) on a GGUF file: the pack's own Q4_K_M, or Q4_0 / Q8_0 written from the pack's weights by
+torchao-quantised linear layers (the ``quantization`` setting's ``int8``, ``int4`` and ``int4-hybrid``,
+and two candidates not offered as a setting until they win: ``int8_dynamic``, int8 activations and
+weights through ``torch._int_mm``, and ``da8w4``, int8 activations and int4 weights through torchao's
+``da8w4_linear_cpu`` kernel), eager or under ``torch.compile``; or llama.cpp (``engine: llama.cpp``) on
+a GGUF file: the pack's own Q4_K_M, or Q4_0 / Q8_0 written from the pack's weights by
 :mod:`bench.gguf_requant` (kept under the cache root, written once).
 
 Compiled paths compile every linear layer on its own (``torch.compile(dynamic=True)``, the token count
@@ -41,7 +41,8 @@ class WeightPath:
         """The stored weight format, in words."""
         if self.engine == "llama.cpp":
             return (self.gguf_type or "q4_k_m").upper()
-        return {"none": "bfloat16", "int8": "int8 weight-only", "int4": "int4 weight-only (groups of 128)"}.get(
+        return {"none": "bfloat16", "int8": "int8 weight-only", "int4": "int4 weight-only (groups of 128)",
+                "int4-hybrid": "int4 for short passes, the same weights dequantised to bfloat16 for long ones"}.get(
             self.quantization) if self.candidate is None else {
             "int8_dynamic": "int8 weights, int8 activations", "da8w4": "int4 weights, int8 activations"}[self.candidate]
 
@@ -54,6 +55,7 @@ PATHS = {path.name: path for path in (
     WeightPath("torch-int8-dynamic-compiled", "torch", candidate="int8_dynamic", compiled=True),
     WeightPath("torch-int4", "torch", "int4"),
     WeightPath("torch-int4-compiled", "torch", "int4", compiled=True),
+    WeightPath("torch-int4-hybrid", "torch", "int4-hybrid"),
     WeightPath("torch-da8w4-compiled", "torch", candidate="da8w4", compiled=True),
     WeightPath("llama-q4_k_m", "llama.cpp"),
     WeightPath("llama-q4_0", "llama.cpp", gguf_type="q4_0"),

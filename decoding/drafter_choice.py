@@ -137,7 +137,8 @@ def pass_costs(loaded) -> dict[int, float]:
 
 def measured_costs(target, draft) -> StepCosts:
     """The one-token step costs of ``target`` and ``draft`` (:func:`pass_costs`)."""
-    return StepCosts(pass_costs(target)[1], pass_costs(draft)[1], f"{cost_key(target.name, target.model)} / {draft.name}")
+    key = f"{cost_key(target.name, target.model)} / {draft.name}"
+    return StepCosts(pass_costs(target)[1], pass_costs(draft)[1], key)
 
 
 def draft_model_pays(target, draft) -> tuple[bool, str]:

@@ -9,6 +9,8 @@ embeddings, norms and the KV cache keep the model's dtype. Both go through torch
   In eager mode torchao 0.18 turns the int8 weight back into the activation dtype at every call and
   then multiplies, so it saves memory but not time (measured step costs: docs/performance.md,
   "Quantization").
+* ``int4-hybrid``: int4 weights for passes of few tokens and the same weights dequantised for long ones
+  (prefill, long verify passes), the bound measured per weight shape at load: :mod:`decoding.int4_hybrid`.
 * ``int4``: torchao's CPU int4 layout (``PrototypeInt4WeightOnlyConfig``, ``Int4OpaqueTensor``):
   asymmetric, groups of :data:`INT4_GROUP_SIZE` input channels, packed for PyTorch's CPU kernel
   ``aten._weight_int4pack_mm_for_cpu``. CPU only.
@@ -92,6 +94,9 @@ def quantize_weights(model: torch.nn.Module, quantization: str, name: str) -> No
     """
     if quantization == "none":
         return
+    if quantization == "int4-hybrid":
+        _make_hybrid(model, name)
+        return
     config = quantization_config(quantization)
     device = next(model.parameters()).device
     if device.type != "cpu":
@@ -109,3 +114,23 @@ def quantize_weights(model: torch.nn.Module, quantization: str, name: str) -> No
         raise ModelLoadError(f"quantization {quantization!r} fits none of model {name!r}'s {linears} linear layers "
                              f"(int4 needs input widths that are multiples of {INT4_GROUP_SIZE})")
     log.info("quantized %d of %d linear layers of %s to %s", quantized, linears, name, quantization)
+
+
+def _make_hybrid(model: torch.nn.Module, name: str) -> None:
+    """``int4-hybrid`` (:mod:`decoding.int4_hybrid`), with the same errors as :func:`quantize_weights`."""
+    _import_torchao()
+    device = next(model.parameters()).device
+    if device.type != "cpu":
+        raise ModelLoadError(f"quantization 'int4-hybrid' is offered on the CPU only, and model {name!r} is on "
+                             f"{device}; use quantization 'none' there")
+    from decoding.int4_hybrid import GROUP_SIZE, make_hybrid
+
+    try:
+        replaced, linears, bounds = make_hybrid(model)
+    except (AssertionError, RuntimeError, ValueError, NotImplementedError) as exc:
+        raise ModelLoadError(f"could not make model {name!r} int4-hybrid: {type(exc).__name__}: {exc}") from exc
+    if replaced == 0:
+        raise ModelLoadError(f"quantization 'int4-hybrid' fits none of model {name!r}'s {linears} linear layers "
+                             f"(int4 needs input widths that are multiples of {GROUP_SIZE})")
+    log.info("int4-hybrid: %d of %d linear layers of %s; int4 up to %s tokens per pass by weight shape",
+             replaced, linears, name, ", ".join(f"{o}x{i}: {m}" for (o, i), m in sorted(bounds.items())))

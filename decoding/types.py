@@ -27,7 +27,7 @@ DEFAULT_MAX_DRAFT_TOKENS = 16
 DEFAULT_MAX_REGION_DRAFT_TOKENS = 64  # see GenerationConfig.max_region_draft_tokens
 DEFAULT_PREFILL_CHUNK_TOKENS = 128  # see GenerationConfig.prefill_chunk_tokens and Engine.prefill
 
-QUANTIZATIONS = ("none", "int8", "int4")  # EngineConfig.quantization; see decoding.quantization
+QUANTIZATIONS = ("none", "int8", "int4", "int4-hybrid")  # EngineConfig.quantization; see decoding.quantization
 #: EngineConfig.engine: torch (transformers, in ``dtype``) or llama.cpp (the GGUF weights as they are;
 #: decoding.llama_cpp_model)
 ENGINES = ("torch", "llama.cpp")
@@ -173,7 +173,7 @@ class EngineConfig:
     draft_model: str = AUTO  # as model, or "none"; auto: the target's registered partner, else none
     device: str = "auto"  # auto: CUDA when available, else CPU
     dtype: str = "auto"  # auto: see decoding.loading.resolve_dtype
-    quantization: str = "none"  # none, int8 or int4 weights for target and draft (CPU; decoding.quantization)
+    quantization: str = "none"  # none, int8, int4 or int4-hybrid weights for target and draft (CPU; decoding.quantization)
     engine: str = "torch"  # what runs the passes: torch, or llama.cpp on the GGUF weights (ENGINES)
     trust_remote_code: bool = False  # run a hub repository's own code: only if the user says so
     ngram: NgramConfig = field(default_factory=NgramConfig)

@@ -104,3 +104,83 @@ def test_setting_reaches_the_engine_config_and_bad_values_are_warned():
     assert Settings().engine_config().quantization == "none"
     settings, warnings = parse_settings({"quantization": "int2"})
     assert settings.quantization == "none" and any("speclsp.quantization" in w for w in warnings)
+
+
+# --- int4-hybrid: int4 for short passes, the same weights dequantised for long ones ---------------------
+
+@pytest.fixture(scope="module")
+def hybrid_engine() -> Engine:
+    config = EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="float32",
+                          quantization="int4-hybrid")
+    return Engine.load(config)
+
+
+def _hybrid_layers(model):
+    from decoding.int4_hybrid import HybridInt4Linear
+
+    return [m for m in model.modules() if isinstance(m, HybridInt4Linear)]
+
+
+def test_hybrid_layers_run_int4_up_to_their_bound_and_the_dequantised_weights_after_it(hybrid_engine):
+    from torchao.utils import TorchAOBaseTensor
+
+    layers = _hybrid_layers(hybrid_engine.target.model)
+    assert layers and not any(isinstance(m, torch.nn.Linear) for m in hybrid_engine.target.model.modules())
+    layer = layers[0]
+    assert isinstance(layer.packed, TorchAOBaseTensor) and layer.max_int4_tokens in (0, 1, 2, 4, 8, 16, 32)
+    layer_bound, layer.max_int4_tokens = layer.max_int4_tokens, 4
+    try:
+        short, long = torch.randn(1, 4, layer.in_features), torch.randn(1, 5, layer.in_features)
+        with torch.inference_mode():
+            assert torch.equal(layer(short), torch.nn.functional.linear(short, layer.packed, layer.bias))
+            assert torch.equal(layer(long), torch.nn.functional.linear(long, layer.dense, layer.bias))
+            # one set of weights: the dense copy is the int4 kernel's own weights (float32: up to the sum order) ...
+            by_int4 = torch.nn.functional.linear(long, layer.packed)
+            assert torch.allclose(torch.nn.functional.linear(long, layer.dense), by_int4, atol=1e-4, rtol=1e-4)
+            # ... which the float weights it was made from are not
+            original = load_model("starter", device="cpu", dtype="float32").model.model.layers[0].self_attn.q_proj
+            assert layer.in_features == original.in_features
+            assert not torch.allclose(torch.nn.functional.linear(long, original.weight), by_int4, atol=1e-3)
+    finally:
+        layer.max_int4_tokens = layer_bound
+
+
+def test_the_int4_bound_is_the_largest_size_where_int4_is_faster():
+    from decoding.int4_hybrid import HybridInt4Linear, _fastest_int4_bound
+
+    layer = HybridInt4Linear(torch.nn.Linear(128, 32))
+    for faster_up_to, expected in ((0, 0), (1, 1), (8, 8), (32, 32), (3, 2)):
+        def timer(weight, x, limit=faster_up_to):  # int4: 1 s up to the limit, else 3 s; dense: 2 s
+            return 2.0 if weight is layer.dense else (1.0 if x.shape[1] <= limit else 3.0)
+
+        assert _fastest_int4_bound(layer, timer) == expected
+
+
+@pytest.mark.parametrize("mode", ["ngram", "model"])
+def test_speculative_greedy_equals_plain_greedy_of_the_hybrid_model(hybrid_engine, mode):
+    """With int4 up to 2 tokens a pass, plain decoding runs the int4 kernel and the verify passes (up to 5
+    tokens) the dense copy: both kernels meet in one comparison."""
+    bounds = {}
+    for loaded in (hybrid_engine.target, hybrid_engine.draft):
+        for layer in _hybrid_layers(loaded.model):
+            bounds[layer], layer.max_int4_tokens = layer.max_int4_tokens, 2
+    try:
+        prompt = hybrid_engine.tokenizer.encode(PROMPT_TEXT)
+        config = GenerationConfig(max_new_tokens=NEW_TOKENS, max_draft_tokens=4, stop_token_ids=frozenset())
+        hybrid_engine.reset_caches()
+        plain = hybrid_engine.generate(prompt, config, "none")
+        hybrid_engine.reset_caches()
+        (drafter,) = hybrid_engine._drafters(mode, {})
+        spec = hybrid_engine.generator.generate(prompt, drafter, config)
+        assert len(plain.token_ids) == NEW_TOKENS
+        assert_greedy_equal(hybrid_engine.target.model, prompt, spec.token_ids, plain.token_ids)
+        assert 1 < spec.stats.target_passes < NEW_TOKENS, "drafts must be accepted over several rounds"
+    finally:
+        for layer, bound in bounds.items():
+            layer.max_int4_tokens = bound
+
+
+def test_hybrid_refuses_a_model_with_no_layer_it_fits():
+    model = tiny_model(seed=0, hidden=32)
+    with pytest.raises(ModelLoadError, match="'int4-hybrid' fits none of model 'tiny'"):
+        quantize_weights(model, "int4-hybrid", "tiny")
