@@ -15,7 +15,8 @@ load (the fastest of a few rounds) and kept per model, kind, device, dtype, CPU 
 cache (``pass-costs.json`` under :func:`decoding.gguf_models.cache_root`), so a later load decides at once.
 The same curve seeds the verify-cost model of the draft-length policy
 (:meth:`decoding.draft_length.VerifyCost.seed`), so the first rounds already draft at lengths the
-engine's passes pay for (a llama.cpp pass of 16 tokens costs about 9 one-token steps, a torch one 1.3).
+engine's passes pay for (a llama.cpp pass of 16 tokens costs 3-9 one-token steps on our CPUs, a torch
+bfloat16 one 1.0-1.4).
 """
 
 from __future__ import annotations
@@ -70,12 +71,26 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _weights_kind(model) -> str:
+    """How the linear layers hold their weights: ``dense``, a quantised tensor's class (torchao's
+    ``Int4OpaqueTensor``...) or a layer class of ours (``HybridInt4Linear``)."""
+    if not isinstance(model, torch.nn.Module):
+        return "own"  # a llama.cpp model: its GGUF file's types
+    for module in model.modules():
+        if type(module).__name__ == "HybridInt4Linear":
+            return "HybridInt4Linear"
+        weight = getattr(module, "weight", None)
+        if isinstance(module, torch.nn.Linear) and type(weight).__module__.startswith("torchao."):
+            return type(weight).__name__
+    return "dense"
+
+
 def cost_key(name: str, model: torch.nn.Module) -> str:
-    """What a model's pass costs depend on: the model, its kind (transformers' class or llama.cpp's),
-    device, dtype, the CPU (or GPU) and its threads, torch."""
+    """What a model's pass costs depend on: the model, its kind (transformers' class or llama.cpp's), how
+    its weights are held (quantised or not), device, dtype, the CPU (or GPU) and its threads, torch."""
     device = model.device
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
-    return "|".join((name, type(model).__name__, str(device), str(model.dtype), hardware,
+    return "|".join((name, type(model).__name__, _weights_kind(model), str(device), str(model.dtype), hardware,
                      f"threads={torch.get_num_threads()}", f"torch={torch.__version__}"))
 
 

@@ -33,7 +33,7 @@ def test_pass_costs_are_measured_once_and_kept(pair, tmp_path, monkeypatch):
     second = drafter_choice.measured_costs(*pair)
     assert len(calls) == 2 and first.target_ms > 0 and first.draft_ms > 0  # once per model
     assert (second.target_ms, second.draft_ms) == (round(first.target_ms, 3), round(first.draft_ms, 3))
-    assert "tiny-target|Qwen2ForCausalLM|cpu" in first.key and (tmp_path / "pass-costs.json").exists()
+    assert "tiny-target|Qwen2ForCausalLM|dense|cpu" in first.key and (tmp_path / "pass-costs.json").exists()
     curve = drafter_choice.pass_costs(pair[0])
     assert len(calls) == 2 and sorted(curve) == [1, 2, 4, 8, 16] and min(curve.values()) > 0
 
@@ -74,3 +74,16 @@ def test_auto_drafts_with_the_draft_model_only_where_it_pays(monkeypatch, pays):
     kinds = {type(d) for d in engine._drafters("auto", None)}
     assert (ModelDrafter in kinds) is pays and NgramDrafter in kinds
     assert {type(d) for d in engine._drafters("model", None)} == {ModelDrafter}  # asked for by name: always
+
+
+def test_quantised_weights_are_measured_apart_from_dense_ones(pair):
+    """The cache must not hand an int4 model's costs to the same model in bfloat16, nor the reverse."""
+    pytest.importorskip("torchao")
+    from decoding.quantization import quantize_weights
+
+    dense = drafter_choice.cost_key("m", tiny_model(seed=0, hidden=128))
+    int4, hybrid = tiny_model(seed=0, hidden=128), tiny_model(seed=0, hidden=128)
+    quantize_weights(int4, "int4", "m")
+    quantize_weights(hybrid, "int4-hybrid", "m")
+    keys = {dense, drafter_choice.cost_key("m", int4), drafter_choice.cost_key("m", hybrid)}
+    assert len(keys) == 3 and "|dense|" in dense
