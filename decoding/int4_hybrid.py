@@ -38,12 +38,11 @@ class HybridInt4Linear(torch.nn.Module):
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
-        from torchao.prototype.quantization.int4.int4_opaque_tensor import Int4OpaqueTensor
-
         weight = linear.weight.detach()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = torch.nn.Parameter(Int4OpaqueTensor.from_hp(weight, [1, GROUP_SIZE]), requires_grad=False)
-        self.dense = torch.nn.Parameter(dequantized(weight).to(weight.dtype), requires_grad=False)
+        packed, dense = quantized(weight)
+        self.packed = torch.nn.Parameter(packed, requires_grad=False)
+        self.dense = torch.nn.Parameter(dense.to(weight.dtype), requires_grad=False)
         self.bias = linear.bias
         self.max_int4_tokens = 0  # passes of at most this many tokens use int4 (set by calibrate)
 
@@ -62,22 +61,30 @@ class HybridInt4Linear(torch.nn.Module):
                 f"int4 up to {self.max_int4_tokens} tokens")
 
 
-def dequantized(weight: torch.Tensor) -> torch.Tensor:
-    """``weight`` (``(N, K)``) rounded to torchao's int4 tinygemm format (asymmetric, groups of
-    :data:`GROUP_SIZE` along K, a float zero point) and back, in float32: the weights the int4 kernel
-    multiplies by."""
+def quantized(weight: torch.Tensor):
+    """``weight`` (``(N, K)``) in torchao's int4 tinygemm format (asymmetric, groups of :data:`GROUP_SIZE`
+    along K, a float zero point): ``(Int4OpaqueTensor packed for the CPU kernel, the same int4 weights
+    dequantised in float32)``. The quantisation parameters are chosen once for both; the packed tensor is
+    built as ``Int4OpaqueTensor.from_hp`` builds it (its default, tinygemm, parameters)."""
+    from torchao.prototype.quantization.int4.int4_opaque_tensor import Int4OpaqueTensor
     from torchao.quantization.quant_primitives import (
         MappingType,
         _choose_qparams_affine_tinygemm,
         _dequantize_affine_tinygemm_no_dtype_check,
         _quantize_affine_tinygemm,
     )
+    from torchao.quantization.utils import pack_tinygemm_scales_and_zeros
 
     block = [1, GROUP_SIZE]
     scale, zero_point = _choose_qparams_affine_tinygemm(weight, MappingType.ASYMMETRIC, block, torch.int32, 0, 15,
                                                         1e-6, None, weight.dtype)
     int_data = _quantize_affine_tinygemm(weight, block, scale, zero_point, torch.int32, 0, 15)
-    return _dequantize_affine_tinygemm_no_dtype_check(int_data, block, scale, zero_point, 0, 15, torch.float32)
+    dense = _dequantize_affine_tinygemm_no_dtype_check(int_data, block, scale, zero_point, 0, 15, torch.float32)
+    rows = int_data.shape[0]
+    scale_and_zero = pack_tinygemm_scales_and_zeros(scale.reshape(rows, -1), zero_point.reshape(rows, -1), scale.dtype)
+    packed = Int4OpaqueTensor(qdata=torch.ops.aten._convert_weight_to_int4pack_for_cpu(int_data, 1),
+                              scale_and_zero=scale_and_zero, block_size=block, shape=weight.shape)
+    return packed, dense
 
 
 @torch.inference_mode()

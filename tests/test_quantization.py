@@ -145,6 +145,21 @@ def test_hybrid_layers_run_int4_up_to_their_bound_and_the_dequantised_weights_af
         layer.max_int4_tokens = layer_bound
 
 
+def test_hybrid_int4_weights_are_torchaos_own():
+    """The packed half is built as torchao's Int4OpaqueTensor.from_hp builds it: the same products."""
+    from torchao.prototype.quantization.int4.int4_opaque_tensor import Int4OpaqueTensor
+
+    from decoding.int4_hybrid import quantized
+
+    weight = torch.randn(96, 256, dtype=torch.bfloat16)
+    packed, dense = quantized(weight)
+    x = torch.randn(1, 3, 256, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        expected = torch.nn.functional.linear(x, Int4OpaqueTensor.from_hp(weight, [1, 128]))
+        assert torch.equal(torch.nn.functional.linear(x, packed), expected)
+        assert torch.allclose(torch.nn.functional.linear(x.float(), dense), expected.float(), atol=0.05, rtol=0.02)
+
+
 def test_the_int4_bound_is_the_largest_size_where_int4_is_faster():
     from decoding.int4_hybrid import HybridInt4Linear, _fastest_int4_bound
 
