@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from decoding.drafter_choice import timed_pass
 from decoding.engine import Engine
 from decoding.kv_cache import cache_state
 
@@ -70,18 +71,10 @@ def pass_costs(model, vocab_size: int, context: int, repeats: int, seed: int,
     prompt = torch.randint(0, vocab_size, (context,), generator=generator).tolist()
     state = cache_state(model)
     state.forward(prompt, logits_to_keep=1)
-    device = getattr(model, "device", None)
-    cuda = device if isinstance(device, torch.device) and device.type == "cuda" else None
 
-    def timed(size: int) -> float:
+    def timed(size: int) -> float:  # a verify pass's cost: the logits of every position
         tokens = torch.randint(0, vocab_size, (size,), generator=generator).tolist()
-        start = time.perf_counter()
-        state.forward(tokens)
-        if cuda is not None:
-            torch.cuda.synchronize(cuda)
-        spent = 1000 * (time.perf_counter() - start)
-        state.rollback(context)
-        return spent
+        return timed_pass(state, tokens, context, logits_to_keep=0)
 
     warmup = {size: timed(size) for size in sizes}
     times: dict[int, list[float]] = {size: [] for size in sizes}

@@ -41,10 +41,12 @@ class WeightPath:
         """The stored weight format, in words."""
         if self.engine == "llama.cpp":
             return (self.gguf_type or "q4_k_m").upper()
-        return {"none": "bfloat16", "int8": "int8 weight-only", "int4": "int4 weight-only (groups of 128)",
-                "int4-hybrid": "int4 for short passes, the same weights dequantised to bfloat16 for long ones"}.get(
-            self.quantization) if self.candidate is None else {
-            "int8_dynamic": "int8 weights, int8 activations", "da8w4": "int4 weights, int8 activations"}[self.candidate]
+        return WEIGHTS[self.candidate or self.quantization]
+
+
+WEIGHTS = {"none": "bfloat16", "int8": "int8 weight-only", "int4": "int4 weight-only (groups of 128)",
+           "int4-hybrid": "int4 for short passes, the same weights dequantised to bfloat16 for long ones",
+           "int8_dynamic": "int8 weights, int8 activations", "da8w4": "int4 weights, int8 activations"}
 
 
 PATHS = {path.name: path for path in (

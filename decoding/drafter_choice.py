@@ -32,7 +32,9 @@ from pathlib import Path
 import torch
 
 from decoding.gguf_models import cache_root
+from decoding.int4_hybrid import HybridInt4Linear
 from decoding.kv_cache import cache_state, logits_width
+from decoding.quantization import is_quantized
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +79,10 @@ def _weights_kind(model) -> str:
     if not isinstance(model, torch.nn.Module):
         return "own"  # a llama.cpp model: its GGUF file's types
     for module in model.modules():
-        if type(module).__name__ == "HybridInt4Linear":
+        if isinstance(module, HybridInt4Linear):
             return "HybridInt4Linear"
-        weight = getattr(module, "weight", None)
-        if isinstance(module, torch.nn.Linear) and type(weight).__module__.startswith("torchao."):
-            return type(weight).__name__
+        if isinstance(module, torch.nn.Linear) and is_quantized(module.weight):
+            return type(module.weight).__name__
     return "dense"
 
 
@@ -112,13 +113,21 @@ def _pass_ms(model: torch.nn.Module) -> dict[int, float]:
     while rounds <= _REPEATS or (time.perf_counter() - began < _MIN_SECONDS and rounds < _MAX_ROUNDS):
         rounds += 1
         for size, spent in times.items():
-            started = time.perf_counter()
-            state.forward(context[_CONTEXT_TOKENS : _CONTEXT_TOKENS + size], logits_to_keep=1)
-            if model.device.type == "cuda":
-                torch.cuda.synchronize(model.device)
-            spent.append(1000 * (time.perf_counter() - started))
-            state.rollback(_CONTEXT_TOKENS)
+            spent.append(timed_pass(state, context[_CONTEXT_TOKENS : _CONTEXT_TOKENS + size], _CONTEXT_TOKENS))
     return {size: min(spent[1:]) for size, spent in times.items()}  # other load only adds time
+
+
+def timed_pass(state, tokens: list[int], keep: int, logits_to_keep: int = 1) -> float:
+    """ms of one pass of ``tokens`` through ``state``'s model (a CUDA device synchronised before the clock
+    stops), after which the cache is cut back to its first ``keep`` tokens."""
+    device = state.model.device
+    started = time.perf_counter()
+    state.forward(tokens, logits_to_keep=logits_to_keep)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    spent = 1000 * (time.perf_counter() - started)
+    state.rollback(keep)
+    return spent
 
 
 def _cache_file() -> Path:

@@ -23,7 +23,7 @@ import time
 
 import torch
 
-GROUP_SIZE = 128  # input channels per int4 scale and zero point (as decoding.quantization.INT4_GROUP_SIZE)
+INT4_GROUP_SIZE = 128  # input channels per int4 scale and zero point (torchao's default; 32 and 64 also work)
 CALIBRATION_TOKENS = (1, 2, 4, 8, 16, 32)
 _CALIBRATION_ROUNDS = 5
 
@@ -33,7 +33,7 @@ class HybridInt4Linear(torch.nn.Module):
 
     Args:
         linear: the layer to replace (its weight: ``(out_features, in_features)``, ``in_features`` a
-            multiple of :data:`GROUP_SIZE`, on the CPU).
+            multiple of :data:`INT4_GROUP_SIZE`, on the CPU).
     """
 
     def __init__(self, linear: torch.nn.Linear):
@@ -62,8 +62,8 @@ class HybridInt4Linear(torch.nn.Module):
 
 
 def quantized(weight: torch.Tensor):
-    """``weight`` (``(N, K)``) in torchao's int4 tinygemm format (asymmetric, groups of :data:`GROUP_SIZE`
-    along K, a float zero point): ``(Int4OpaqueTensor packed for the CPU kernel, the same int4 weights
+    """``weight`` (``(N, K)``) in torchao's int4 tinygemm format (asymmetric, groups of
+    :data:`INT4_GROUP_SIZE` along K, a float zero point): ``(Int4OpaqueTensor packed for the CPU kernel, the same int4 weights
     dequantised in float32)``. The quantisation parameters are chosen once for both; the packed tensor is
     built as ``Int4OpaqueTensor.from_hp`` builds it (its default, tinygemm, parameters)."""
     from torchao.prototype.quantization.int4.int4_opaque_tensor import Int4OpaqueTensor
@@ -75,7 +75,7 @@ def quantized(weight: torch.Tensor):
     )
     from torchao.quantization.utils import pack_tinygemm_scales_and_zeros
 
-    block = [1, GROUP_SIZE]
+    block = [1, INT4_GROUP_SIZE]
     scale, zero_point = _choose_qparams_affine_tinygemm(weight, MappingType.ASYMMETRIC, block, torch.int32, 0, 15,
                                                         1e-6, None, weight.dtype)
     int_data = _quantize_affine_tinygemm(weight, block, scale, zero_point, torch.int32, 0, 15)
@@ -124,15 +124,15 @@ def _fastest_int4_bound(layer: HybridInt4Linear, timer=_median_seconds) -> int:
 
 
 def make_hybrid(model: torch.nn.Module) -> tuple[int, int, dict[tuple[int, int], int]]:
-    """Replace every linear layer of ``model`` whose input width is a multiple of :data:`GROUP_SIZE` by a
-    :class:`HybridInt4Linear` and calibrate them. Returns ``(replaced, linear layers, bounds per shape)``."""
+    """Replace every linear layer of ``model`` whose input width is a multiple of :data:`INT4_GROUP_SIZE`
+    by a :class:`HybridInt4Linear` and calibrate them. Returns ``(replaced, linear layers, bounds per shape)``."""
     replaced, total, layers = 0, 0, []
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if not isinstance(child, torch.nn.Linear):
                 continue
             total += 1
-            if child.in_features % GROUP_SIZE == 0:
+            if child.in_features % INT4_GROUP_SIZE == 0:
                 hybrid = HybridInt4Linear(child)
                 setattr(parent, name, hybrid)
                 layers.append(hybrid)

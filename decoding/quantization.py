@@ -27,11 +27,11 @@ import logging
 import torch
 
 from decoding.errors import ModelLoadError
+from decoding.int4_hybrid import INT4_GROUP_SIZE, make_hybrid  # the group size is defined there
 from decoding.types import QUANTIZATIONS  # defined there (torch-free); imported here too
 
 log = logging.getLogger(__name__)
 
-INT4_GROUP_SIZE = 128  # input channels per int4 scale and zero point (torchao's default; 32 and 64 also work)
 INSTALL_HINT = "pip install 'speclsp[quantization]' (torchao)"
 
 
@@ -85,7 +85,7 @@ def quantize_weights(model: torch.nn.Module, quantization: str, name: str) -> No
 
     Args:
         model: a causal LM in eval mode, already on its device and in its dtype.
-        quantization: ``none``, ``int8`` or ``int4`` (see the module docstring).
+        quantization: ``none``, ``int8``, ``int4`` or ``int4-hybrid`` (see the module docstring).
         name: the model's name, for messages.
     Raises:
         ModelLoadError: an unknown name, torchao missing, a device other than the CPU, a dtype the
@@ -94,10 +94,10 @@ def quantize_weights(model: torch.nn.Module, quantization: str, name: str) -> No
     """
     if quantization == "none":
         return
-    if quantization == "int4-hybrid":
-        _make_hybrid(model, name)
-        return
-    config = quantization_config(quantization)
+    hybrid = quantization == "int4-hybrid"  # layers of its own (decoding.int4_hybrid), not a torchao config
+    if hybrid:
+        _import_torchao()
+    config = None if hybrid else quantization_config(quantization)
     device = next(model.parameters()).device
     if device.type != "cpu":
         raise ModelLoadError(f"quantization {quantization!r} is offered on the CPU only, and model {name!r} is on "
@@ -105,32 +105,18 @@ def quantize_weights(model: torch.nn.Module, quantization: str, name: str) -> No
     from torchao.quantization import quantize_
 
     try:
-        quantize_(model, config)
+        if hybrid:
+            quantized, linears, bounds = make_hybrid(model)
+        else:
+            quantize_(model, config)
+            quantized, linears = quantized_linear_count(model)
     except (AssertionError, RuntimeError, ValueError, NotImplementedError) as exc:
         raise ModelLoadError(f"could not quantize model {name!r} to {quantization} with torchao: "
                              f"{type(exc).__name__}: {exc}") from exc
-    quantized, linears = quantized_linear_count(model)
     if quantized == 0:
         raise ModelLoadError(f"quantization {quantization!r} fits none of model {name!r}'s {linears} linear layers "
                              f"(int4 needs input widths that are multiples of {INT4_GROUP_SIZE})")
     log.info("quantized %d of %d linear layers of %s to %s", quantized, linears, name, quantization)
-
-
-def _make_hybrid(model: torch.nn.Module, name: str) -> None:
-    """``int4-hybrid`` (:mod:`decoding.int4_hybrid`), with the same errors as :func:`quantize_weights`."""
-    _import_torchao()
-    device = next(model.parameters()).device
-    if device.type != "cpu":
-        raise ModelLoadError(f"quantization 'int4-hybrid' is offered on the CPU only, and model {name!r} is on "
-                             f"{device}; use quantization 'none' there")
-    from decoding.int4_hybrid import GROUP_SIZE, make_hybrid
-
-    try:
-        replaced, linears, bounds = make_hybrid(model)
-    except (AssertionError, RuntimeError, ValueError, NotImplementedError) as exc:
-        raise ModelLoadError(f"could not make model {name!r} int4-hybrid: {type(exc).__name__}: {exc}") from exc
-    if replaced == 0:
-        raise ModelLoadError(f"quantization 'int4-hybrid' fits none of model {name!r}'s {linears} linear layers "
-                             f"(int4 needs input widths that are multiples of {GROUP_SIZE})")
-    log.info("int4-hybrid: %d of %d linear layers of %s; int4 up to %s tokens per pass by weight shape",
-             replaced, linears, name, ", ".join(f"{o}x{i}: {m}" for (o, i), m in sorted(bounds.items())))
+    if hybrid:
+        log.info("int4-hybrid runs int4 up to %s tokens per pass by weight shape",
+                 ", ".join(f"{o}x{i}: {m}" for (o, i), m in sorted(bounds.items())))

@@ -64,15 +64,21 @@ def test_quantized_target_computes_other_logits_than_the_float_one(quantized_eng
 def test_speculative_greedy_equals_plain_greedy_of_the_quantized_model(quantized_engine, mode):
     """Each sub-drafter drafts every round (no draft-length policy: with measured costs it may rightly
     stop drafting on a slow quantised draft model, and then nothing would be verified)."""
-    prompt = quantized_engine.tokenizer.encode(PROMPT_TEXT)
+    assert_speculative_equals_plain(quantized_engine, mode)
+
+
+def assert_speculative_equals_plain(engine: Engine, mode: str) -> None:
+    """Greedy speculative output with ``mode``'s drafter at a fixed k of 4 equals plain greedy output of
+    ``engine``, and the drafts were accepted over several rounds."""
+    prompt = engine.tokenizer.encode(PROMPT_TEXT)
     config = GenerationConfig(max_new_tokens=NEW_TOKENS, max_draft_tokens=4, stop_token_ids=frozenset())
-    quantized_engine.reset_caches()
-    plain = quantized_engine.generate(prompt, config, "none")
-    quantized_engine.reset_caches()
-    (drafter,) = quantized_engine._drafters(mode, {})
-    spec = quantized_engine.generator.generate(prompt, drafter, config)
+    engine.reset_caches()
+    plain = engine.generate(prompt, config, "none")
+    engine.reset_caches()
+    (drafter,) = engine._drafters(mode, {})
+    spec = engine.generator.generate(prompt, drafter, config)
     assert len(plain.token_ids) == NEW_TOKENS
-    assert_greedy_equal(quantized_engine.target.model, prompt, spec.token_ids, plain.token_ids)
+    assert_greedy_equal(engine.target.model, prompt, spec.token_ids, plain.token_ids)
     assert 1 < spec.stats.target_passes < NEW_TOKENS, "drafts must be accepted over several rounds"
 
 
@@ -180,16 +186,7 @@ def test_speculative_greedy_equals_plain_greedy_of_the_hybrid_model(hybrid_engin
         for layer in _hybrid_layers(loaded.model):
             bounds[layer], layer.max_int4_tokens = layer.max_int4_tokens, 2
     try:
-        prompt = hybrid_engine.tokenizer.encode(PROMPT_TEXT)
-        config = GenerationConfig(max_new_tokens=NEW_TOKENS, max_draft_tokens=4, stop_token_ids=frozenset())
-        hybrid_engine.reset_caches()
-        plain = hybrid_engine.generate(prompt, config, "none")
-        hybrid_engine.reset_caches()
-        (drafter,) = hybrid_engine._drafters(mode, {})
-        spec = hybrid_engine.generator.generate(prompt, drafter, config)
-        assert len(plain.token_ids) == NEW_TOKENS
-        assert_greedy_equal(hybrid_engine.target.model, prompt, spec.token_ids, plain.token_ids)
-        assert 1 < spec.stats.target_passes < NEW_TOKENS, "drafts must be accepted over several rounds"
+        assert_speculative_equals_plain(hybrid_engine, mode)
     finally:
         for layer, bound in bounds.items():
             layer.max_int4_tokens = bound
