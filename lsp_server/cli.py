@@ -219,6 +219,9 @@ def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the language server on stdio")
+    # LSP clients name the transport (vscode-languageclient appends --stdio to a stdio server's command).
+    serve.add_argument("--stdio", action="store_true", help="the transport, stdio (the only one; accepted "
+                       "because clients pass it)")
     add_setting_flags(serve, SERVE_SETTINGS)
     serve.set_defaults(run=run_serve)
 

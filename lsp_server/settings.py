@@ -326,6 +326,29 @@ def settings_from_flags(args, **overrides: Any) -> Settings:
     return Settings(**{**given, **overrides})
 
 
+#: Settings that run or load code, write files or send code elsewhere: a workspace that is not trusted may
+#: not set them (VS Code's Restricted Mode ignores its workspace values; ``restrictedConfigurations``).
+RESTRICTED_SETTINGS = ("model", "draft_model", "trust_remote_code", "trace_file", "backend", "endpoint",
+                       "api_key_env", "remote_model")
+#: The VS Code client's own settings of the same kind (the command that starts the server).
+RESTRICTED_CLIENT_SETTINGS = ("speclsp.server.command", "speclsp.server.pythonPath")
+
+
+def vscode_restricted() -> list[str]:
+    """VS Code keys of the settings an untrusted workspace may not set."""
+    return [*RESTRICTED_CLIENT_SETTINGS, *(f"speclsp.{camel(name)}" for name in RESTRICTED_SETTINGS)]
+
+
+def vscode_capabilities() -> dict[str, Any]:
+    """The manifest's ``capabilities``: the extension runs in an untrusted workspace (Restricted Mode), where
+    VS Code ignores that workspace's values of :func:`vscode_restricted` settings."""
+    return {"untrustedWorkspaces": {
+        "supported": "limited",
+        "description": "In Restricted Mode completions and next edits work, but this workspace's own settings may "
+                       "not choose the server command, the models, remote code, a remote backend or a trace file.",
+        "restrictedConfigurations": vscode_restricted()}}
+
+
 def vscode_properties() -> dict[str, dict[str, Any]]:
     """The ``contributes.configuration.properties`` entries of the server's settings for VS Code."""
     json_types = {str: "string", bool: "boolean", int: "integer", float: "number", tuple: "array"}
@@ -349,6 +372,7 @@ def _write_vscode_manifest(path: str) -> None:
     ours = vscode_properties()
     kept = {key: value for key, value in properties.items() if key not in ours and not _is_server_key(key)}
     manifest["contributes"]["configuration"]["properties"] = {**kept, **ours}
+    manifest["capabilities"] = vscode_capabilities()
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
 

@@ -212,6 +212,22 @@ def test_shutdown_and_exit_with_params_null_end_with_code_0():
         peer.close()
 
 
+def test_serve_takes_the_stdio_flag_clients_append():
+    """vscode-languageclient appends ``--stdio`` to a stdio server's command: in a real VS Code the
+    server without this flag exited at once (usage error), five times, and the client gave up."""
+    from tests.raw_lsp import SERVE
+
+    peer = RawServer((*SERVE, "--stdio"))
+    try:
+        assert "result" in peer.initialize()
+        peer.send({"jsonrpc": "2.0", "id": 99, "method": "shutdown"})
+        assert peer.response(99)["result"] is None
+        peer.send(notification("exit"))
+        assert peer.wait_exit() == 0
+    finally:
+        peer.close()
+
+
 def test_exit_before_initialize_is_code_1():
     peer = RawServer()
     try:

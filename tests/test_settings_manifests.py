@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lsp_server.settings import Settings, camel, check_value, parse_settings, vscode_properties
+from lsp_server.settings import (RESTRICTED_SETTINGS, Settings, camel, check_value, parse_settings, vscode_capabilities,
+                                 vscode_properties)
 
 pytestmark = pytest.mark.unit
 
@@ -26,6 +27,17 @@ def test_the_vscode_manifest_is_the_generated_one():
     assert server == vscode_properties()
     client_only = set(properties) - set(server)
     assert client_only == {"speclsp.server.command", "speclsp.server.pythonPath", "speclsp.trace.server"}
+    assert manifest["capabilities"] == vscode_capabilities()
+
+
+def test_an_untrusted_workspace_may_not_set_what_runs_loads_or_sends_code():
+    """VS Code's Restricted Mode ignores a workspace's values of these (tests/editors/test_vscode_e2e.py
+    shows it in a real VS Code); without the capability the extension did not run there at all."""
+    assert set(RESTRICTED_SETTINGS) <= {spec.name for spec in fields(Settings)}
+    restricted = set(vscode_capabilities()["untrustedWorkspaces"]["restrictedConfigurations"])
+    assert {"speclsp.server.command", "speclsp.server.pythonPath", "speclsp.model", "speclsp.draftModel",
+            "speclsp.trustRemoteCode", "speclsp.backend", "speclsp.endpoint", "speclsp.traceFile"} <= restricted
+    assert "speclsp.maxNewTokens" not in restricted
 
 
 def test_the_vscode_extension_forwards_every_server_setting():

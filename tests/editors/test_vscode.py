@@ -1,5 +1,5 @@
 """The VS Code extension (editors/vscode): its settings mirror the server's, and it compiles, passes
-its own unit tests (node's test runner) and packages to a .vsix. VS Code itself cannot run here."""
+its own unit tests (node's test runner) and packages to a .vsix. In a real VS Code: test_vscode_e2e.py."""
 
 from __future__ import annotations
 

@@ -1,0 +1,226 @@
+"""The packaged extension in a real VS Code (code-server 4.139, VS Code 1.139) driven through headless
+Chromium as a person types, against this checkout's server on the starter pair, or the stub server for
+next edits (the real pair: tests/editors/test_vscode_e2e_real.py). What is shown is checked against what
+the server answered (its LSP traffic, recorded by tests/editors/lsp_tap). Needs the install of
+``python -m tests.editors.vscode_env --install`` and Chromium; skipped without them unless
+SPECLSP_REQUIRE_EDITORS=1. A failing test saves a screenshot of each workbench in its tmp folder and
+prints the path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import STARTER_OPTIONS
+from tests.editors.rename_case import ANSWER, EDITED, EXPECTED, NEW, OLD
+from tests.editors.vscode_workbench import Workbench, wait_for
+
+pytestmark = pytest.mark.editors
+
+STUB = Path(__file__).resolve().parent / "stub_lsp.py"
+SOURCE = '''\
+"""Version strings: parse, compare and bump them."""
+
+
+def split_version(text):
+    parts = text.strip().split(".")
+    return [int(part) for part in parts]
+
+
+def join_version(parts):
+    return ".".join(str(part) for part in parts)
+
+
+def bump_minor(text):
+    parts = split_version(text)
+    parts[1] += 1
+    parts[2] = 0
+    return join_version(parts)
+'''
+HEADER = "def bump_major(text):"
+BODY_LINE = SOURCE.count("\n") + 3  # 0-based line of the new function's first body line
+STARTER_SETTINGS = {f"speclsp.{key}": value for key, value in STARTER_OPTIONS.items()}
+
+
+@pytest.fixture()
+def open_workbench(request, vscode_install, vsix, tmp_path):
+    """Opens workbenches on ``tmp_path/project`` (its files given per call); closes them at teardown,
+    after a screenshot of each when the test failed."""
+    opened: list[Workbench] = []
+
+    def open_one(files: dict[str, str], settings: dict | None = None, **options) -> Workbench:
+        folder = tmp_path / "project"
+        for name, text in files.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text, encoding="utf-8")
+        bench = Workbench(vscode_install, vsix, tmp_path / f"home{len(opened)}", folder,
+                          {**STARTER_SETTINGS, **(settings or {})}, **options)
+        opened.append(bench)
+        return bench
+
+    yield open_one
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    for index, bench in enumerate(opened):
+        if failed:
+            with contextlib.suppress(Exception):
+                print("screenshot of the failed test:", bench.screenshot(tmp_path / f"failure{index}.png"))
+                print("code-server log tail:", bench.log_tail(1500))
+        bench.close()
+
+
+def wait_ready(bench: Workbench, timeout: float = 300) -> str:
+    """The status bar item once it says the models are ready."""
+    return wait_for(lambda: next((item for item in bench.status_items() if "models ready" in item), None), timeout,
+                    "the status bar to say the models are ready")
+
+
+def start_function(bench: Workbench) -> None:
+    """Open versions.py, go to its end and type a new function's header and Enter, as a person would
+    (Monaco closes the bracket on '(' and types over it on ')', and indents after Enter)."""
+    bench.open_file("versions.py")
+    wait_ready(bench)
+    bench.press("Control+End")
+    bench.type("\n\n" + HEADER)
+    bench.press("Enter")
+
+
+def answered_items(bench: Workbench) -> list[tuple[dict, dict]]:
+    """(request, first item) of every textDocument/inlineCompletion the server answered with an item."""
+    found = []
+    for exchange in bench.messages("textDocument/inlineCompletion"):
+        result = (exchange["response"] or {}).get("result")
+        items = result.get("items", []) if isinstance(result, dict) else (result or [])
+        if items:
+            found.append((exchange["request"], items[0]))
+    return found
+
+
+def remainder(line: str, request: dict, item: dict) -> str:
+    """What VS Code should show for ``item`` on ``line`` (the document's line at the request): its
+    insertText past the text between the item's range start and the cursor."""
+    start, position = item["range"]["start"], request["params"]["position"]
+    assert start["line"] == position["line"], (item, position)
+    typed = line[start["character"]:position["character"]]
+    assert item["insertText"].startswith(typed), (typed, item)
+    return item["insertText"][len(typed):]
+
+
+def shown_ghost(bench: Workbench) -> str:
+    return "\n".join(bench.ghost_text())
+
+
+def test_ghost_text_is_the_servers_answer_drawn_at_the_cursor_and_tab_accepts_it(open_workbench):
+    bench = open_workbench({"versions.py": SOURCE})
+    start_function(bench)
+    shown = wait_for(lambda: shown_ghost(bench), 120, "ghost text after the header")
+    line = bench.lines()[BODY_LINE]
+    assert line == "    ", line  # Monaco's indent after Enter; the suggestion is not in the text yet
+    request, item = answered_items(bench)[-1]
+    assert request["params"]["position"] == {"line": BODY_LINE, "character": 4}
+    assert shown == remainder(line, request, item)
+    geometry = bench.ghost_geometry()
+    assert geometry is not None
+    assert abs(geometry["ghostLeft"] - geometry["cursorLeft"]) <= 2, geometry  # at the cursor's column
+    assert abs(geometry["ghostTop"] - geometry["cursorTop"]) <= 2, geometry  # on the cursor's line
+    bench.press("Tab")
+    wait_for(lambda: not bench.ghost_text(), 10, "the ghost text to go after Tab")
+    wait_for(lambda: bench.lines().get(BODY_LINE) == line + shown.split("\n")[0], 10, "Tab to insert the suggestion")
+    bench.press("Control+s")
+    path = bench.folder / "versions.py"
+    expected = SOURCE + "\n\n" + HEADER + "\n    " + shown
+    wait_for(lambda: path.read_text() == expected, 20, f"the save of {expected!r}")
+
+
+def test_typing_what_the_ghost_text_says_keeps_the_rest_and_escape_dismisses_it(open_workbench):
+    bench = open_workbench({"versions.py": SOURCE})
+    start_function(bench)
+    shown = wait_for(lambda: shown_ghost(bench), 120, "ghost text after the header")
+    asked = len(bench.messages("textDocument/inlineCompletion"))
+    bench.type(shown[0])
+    assert shown_ghost(bench) == shown[1:]  # at once: VS Code keeps the suggestion as the text grows into it
+    assert bench.lines()[BODY_LINE] == "    " + shown[0]
+    bench.press("Escape")
+    wait_for(lambda: not bench.ghost_text(), 5, "Escape to dismiss the ghost text")
+    time.sleep(1.0)
+    assert bench.ghost_text() == []  # and it stays dismissed until the next keystroke
+    assert len(bench.messages("textDocument/inlineCompletion")) >= asked
+
+
+def test_a_suggestion_the_typed_text_no_longer_fits_is_not_shown(open_workbench):
+    bench = open_workbench({"versions.py": SOURCE})
+    start_function(bench)
+    shown = wait_for(lambda: shown_ghost(bench), 120, "ghost text after the header")
+    answered = len(answered_items(bench))
+    mismatch = "Q" if shown[0] != "Q" else "Z"
+    bench.type(mismatch)
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:  # whatever is shown now must be an answer for the new text
+        ghost = shown_ghost(bench)
+        if ghost:
+            assert ghost not in (shown, shown[1:]), ghost
+            request, item = answered_items(bench)[-1]
+            assert len(answered_items(bench)) > answered
+            assert request["params"]["position"] == {"line": BODY_LINE, "character": 5}
+            assert ghost == remainder("    " + mismatch, request, item)
+        time.sleep(0.1)
+
+
+def test_the_extension_runs_in_restricted_mode_without_the_workspaces_server_command(open_workbench, tmp_path):
+    marker = tmp_path / "workspace-command-ran"
+    workspace_settings = {"speclsp.server.command": ["/bin/sh", "-c", f"touch {marker}"],
+                          "speclsp.model": "/nonexistent/model", "speclsp.maxNewTokens": 3}
+    bench = open_workbench({"versions.py": SOURCE, ".vscode/settings.json": json.dumps(workspace_settings)},
+                           trusted=False)
+    wait_for(lambda: any("Restricted Mode" in item for item in bench.status_items()), 60, "Restricted Mode")
+    status = wait_ready(bench)
+    assert "target=starter" in status  # the user's model setting, not the workspace's
+    assert not marker.exists()
+    initialize = next(m["message"] for m in bench.messages() if m["message"].get("method") == "initialize")
+    options = initialize["params"]["initializationOptions"]
+    assert options["maxNewTokens"] == 3  # a setting that runs nothing still comes from the workspace
+    assert options["model"] == "starter"
+
+
+def stub_server(tmp_path: Path) -> list[str]:
+    """The stub server's command, answering every next-edit request with the rename."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"answers": [ANSWER], "delay_s": 0}))
+    return [sys.executable, str(STUB), str(script), str(tmp_path / "stub.jsonl")]
+
+
+def test_next_edit_preview_strikes_the_old_text_shows_the_new_and_tab_applies_it(open_workbench, tmp_path):
+    bench = open_workbench({"area.py": EDITED}, server=stub_server(tmp_path))
+    bench.open_file("area.py")
+    wait_for(lambda: bench.messages("textDocument/didOpen"), 30, "the document to reach the server")
+    bench.go_to(1, 5)
+    bench.run_command("speclsp: Suggest Next Edit")
+    struck = wait_for(lambda: bench.struck_text(), 30, "the preview's struck-through text")
+    assert struck == [OLD] * len(ANSWER["edits"])
+    assert bench.inserted_labels() == [json.dumps(NEW)] * len(ANSWER["edits"])  # CSS content: a quoted string
+    assert "\n".join(bench.lines()[n] for n in range(EDITED.count("\n"))) + "\n" == EDITED  # preview only
+    bench.press("Tab")
+    wait_for(lambda: not bench.struck_text(), 10, "the preview to go after Tab")
+    bench.press("Control+s")
+    path = bench.folder / "area.py"
+    wait_for(lambda: path.read_text() == EXPECTED, 20, "the save of the renamed function")
+
+
+def test_next_edit_escape_dismisses_and_leaves_the_file_unchanged(open_workbench, tmp_path):
+    bench = open_workbench({"area.py": EDITED}, server=stub_server(tmp_path))
+    bench.open_file("area.py")
+    wait_for(lambda: bench.messages("textDocument/didOpen"), 30, "the document to reach the server")
+    bench.go_to(1, 5)
+    bench.run_command("speclsp: Suggest Next Edit")
+    wait_for(lambda: bench.struck_text(), 30, "the preview's struck-through text")
+    bench.press("Escape")
+    wait_for(lambda: not bench.struck_text() and not bench.inserted_labels(), 10, "Escape to drop the preview")
+    bench.press("Tab")  # the accept key no longer applies anything: Tab indents as usual
+    lines = bench.lines()
+    assert [lines[n] for n in range(1, EDITED.count("\n"))] == EDITED.splitlines()[1:]
+    assert (bench.folder / "area.py").read_text() == EDITED  # nothing saved, nothing applied
