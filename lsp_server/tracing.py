@@ -122,7 +122,8 @@ class Tracer:
         return None
 
     def message(self, text: str, kind: types.MessageType = types.MessageType.Log) -> None:
-        log.info("%s", text)
+        # A client that takes the line shows it; on stderr it would show twice (VS Code: as an error).
+        log.log(logging.DEBUG if self._send is not None else logging.INFO, "%s", text)
         if self._send is not None:
             self._send(types.LogMessageParams(type=kind, message=text))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -224,3 +225,65 @@ def test_next_edit_escape_dismisses_and_leaves_the_file_unchanged(open_workbench
     lines = bench.lines()
     assert [lines[n] for n in range(1, EDITED.count("\n"))] == EDITED.splitlines()[1:]
     assert (bench.folder / "area.py").read_text() == EDITED  # nothing saved, nothing applied
+
+
+def test_the_status_bar_opens_the_server_log_with_a_line_per_request(open_workbench):
+    bench = open_workbench({"versions.py": SOURCE})
+    start_function(bench)
+    wait_for(lambda: shown_ghost(bench), 120, "ghost text after the header")
+    bench.call("evaluate", expression="Array.from(document.querySelectorAll('.statusbar-item'))"
+               ".find(e => (e.getAttribute('aria-label') || '').includes('speclsp')).querySelector('a, .statusbar-item-label').click()")
+    panel = "(document.querySelector('.part.panel') || {innerText: ''}).innerText.replace(/\\u00a0/g, ' ')"
+    text = wait_for(lambda: (t := bench.call("evaluate", expression=panel)) and "inlineCompletion" in t and t, 20,
+                    "the speclsp output channel with the requests")
+    flat = text.replace("\n", "")  # the panel wraps long lines anywhere
+    assert re.search(rf"\[info\] \[speclsp\] req=\d+ inlineCompletion versions\.py:{BODY_LINE}:4 ok \|.*total=", flat), text
+    # The server's stderr reaches this channel as errors: the request's line comes once, as [info], not
+    # also through stderr (where the server logged it at INFO before).
+    entries = re.split(r"(?=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \[)", flat)
+    assert not [entry for entry in entries if "[error]" in entry and "req=" in entry], text
+    assert "bump_major" not in text  # no code text in the log at the default trace level
+
+
+# A document with CRLF line ends, where the cursor line holds an astral character (🙂: 2 UTF-16 code
+# units, 1 code point, 4 UTF-8 bytes) before the cursor.
+CRLF_SOURCE = SOURCE.replace("\n", "\r\n")
+
+
+def utf16_index(text: str, units: int) -> int:
+    """The code-point index of UTF-16 offset ``units`` in ``text``."""
+    count = 0
+    for index, char in enumerate(text):
+        if count >= units:
+            return index
+        count += 2 if ord(char) > 0xFFFF else 1
+    return len(text)
+
+
+def test_ghost_text_after_an_astral_character_in_a_crlf_file_is_at_the_cursor_and_keeps_crlf(open_workbench):
+    bench = open_workbench({"versions.py": CRLF_SOURCE})
+    start_function(bench)
+    typed = 'label = "🙂" + text'  # Monaco closes the quote on the first '"' and types over it on the second
+    bench.type(typed)
+    line = "    " + typed
+    wait_for(lambda: bench.lines().get(BODY_LINE) == line, 10, "the typed line")
+
+    def answered_here():
+        found = [(r, i) for r, i in answered_items(bench)
+                 if r["params"]["position"] == {"line": BODY_LINE, "character": len(line.encode("utf-16-le")) // 2}]
+        return found and shown_ghost(bench) and found[-1]
+
+    request, item = wait_for(answered_here, 120, "ghost text after the emoji")
+    shown = shown_ghost(bench)
+    start = utf16_index(line, item["range"]["start"]["character"])
+    typed_part = line[start:]
+    assert item["insertText"].startswith(typed_part), (item, typed_part)
+    assert shown == item["insertText"][len(typed_part):]
+    geometry = bench.ghost_geometry()
+    assert geometry is not None and abs(geometry["ghostLeft"] - geometry["cursorLeft"]) <= 2, geometry
+    bench.press("Tab")
+    wait_for(lambda: not bench.ghost_text(), 10, "the ghost text to go after Tab")
+    bench.press("Control+s")
+    path = bench.folder / "versions.py"
+    expected = CRLF_SOURCE + "\r\n\r\n" + HEADER + "\r\n" + line + shown.replace("\n", "\r\n")
+    wait_for(lambda: path.read_bytes().decode() == expected, 20, f"the save of {expected!r}")

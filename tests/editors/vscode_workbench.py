@@ -121,16 +121,24 @@ class Workbench:
         self.env["PATH"] = f"{install.node.parent}{os.pathsep}{self.env['PATH']}"
         self._code_server([f"--install-extension={vsix}"], check=True)
         self.port = free_port()
-        self.server_log = open(home / "code-server.log", "wb")
+        self.server_log = open(home / "code-server.log", "wb")  # noqa: SIM115 - closed by close()
+        self.process = self.driver = None
+        try:
+            self._start(folder)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, folder: Path) -> None:
         self.process = subprocess.Popen(
-            [str(install.node), str(install.code_server), "--auth", "none", "--bind-addr", f"127.0.0.1:{self.port}",
+            [str(self.install.node), str(self.install.code_server), "--auth", "none", "--bind-addr", f"127.0.0.1:{self.port}",
              "--disable-telemetry", "--disable-update-check", "--user-data-dir", str(self.user_data),
              "--extensions-dir", str(self.extensions), str(folder)],
             env=self.env, stdout=self.server_log, stderr=subprocess.STDOUT)
-        self.driver = subprocess.Popen([str(install.node), str(DRIVER), str(install.app)], env=self.env,
+        self.driver = subprocess.Popen([str(self.install.node), str(DRIVER), str(self.install.app)], env=self.env,
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         wait_for(self._listening, 60, "code-server to listen")
-        self.call("launch", url=f"http://127.0.0.1:{self.port}/?folder={folder}", chromium=install.chromium)
+        self.call("launch", url=f"http://127.0.0.1:{self.port}/?folder={folder}", chromium=self.install.chromium)
         wait_for(lambda: self.call("evaluate", expression="document.querySelectorAll('.explorer-folders-view "
                                    ".monaco-list-row').length > 0"), 60, "the explorer to list the folder")
 
@@ -241,10 +249,13 @@ class Workbench:
                 if r["from"] == "client" and r["message"].get("method") == method]
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.call("close")
-        for process in (self.driver, self.process):
+        """Close Chromium and stop code-server (whose extension host stops the language server)."""
+        if self.driver is not None:
             with contextlib.suppress(Exception):
-                process.terminate()
-                process.wait(timeout=20)
+                self.call("close")
+        for process in (self.driver, self.process):
+            if process is not None:
+                with contextlib.suppress(Exception):
+                    process.terminate()
+                    process.wait(timeout=20)
         self.server_log.close()
