@@ -122,8 +122,11 @@ class Tracer:
         return None
 
     def message(self, text: str, kind: types.MessageType = types.MessageType.Log) -> None:
-        # A client that takes the line shows it; on stderr it would show twice (VS Code: as an error).
-        log.log(logging.DEBUG if self._send is not None else logging.INFO, "%s", text)
+        # A client that takes an information line shows it; on stderr it would show twice (VS Code: as
+        # an error). Warnings and errors stay on stderr too (a client's own log file).
+        quiet = self._send is not None and kind in (types.MessageType.Info, types.MessageType.Log)
+        level = {types.MessageType.Error: logging.ERROR, types.MessageType.Warning: logging.WARNING}.get(kind, logging.INFO)
+        log.log(logging.DEBUG if quiet else level, "%s", text)
         if self._send is not None:
             self._send(types.LogMessageParams(type=kind, message=text))
 

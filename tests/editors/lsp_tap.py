@@ -23,17 +23,21 @@ def pump(source: BinaryIO, sink: BinaryIO, side: str, log: BinaryIO, lock: threa
                 sink.close()
                 return
             headers += byte
-        length = next(int(line.split(b":")[1]) for line in headers.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:"))
-        body = source.read(length)
+        lengths = [line.split(b":", 1)[1] for line in headers.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+        body = source.read(int(lengths[0])) if lengths and lengths[0].strip().isdigit() else b""
+        try:
+            record = {"from": side, "message": json.loads(body)}
+        except ValueError:
+            record = {"from": side, "unparsed": body.decode(errors="replace")}
+        with lock:  # logged before it is passed on: whoever sees its effect finds it in the log
+            log.write(json.dumps(record).encode() + b"\n")
+            log.flush()
         sink.write(headers + body)
         sink.flush()
-        with lock:
-            log.write(json.dumps({"from": side, "message": json.loads(body)}).encode() + b"\n")
-            log.flush()
 
 
 def main() -> int:
+    """Run COMMAND, pass its LSP traffic through unchanged and record it; exit with its status."""
     log_path, separator, *command = sys.argv[1:]
     if separator != "--" or not command:
         raise SystemExit("usage: python -m tests.editors.lsp_tap LOG -- COMMAND...")
@@ -45,7 +49,7 @@ def main() -> int:
         to_server.start()
         pump(server.stdout, sys.stdout.buffer, "server", log, lock)
     code = server.wait()
-    os._exit(code)  # not sys.exit: the client-side pump may still block on stdin
+    os._exit(code if code >= 0 else 128 - code)  # not sys.exit: the client-side pump may block on stdin
 
 
 if __name__ == "__main__":

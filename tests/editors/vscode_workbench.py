@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import quote
 
 from tests.editors.vscode_env import VSCodeInstall
 
@@ -74,6 +76,7 @@ INSERTED_JS = """Array.from(document.querySelectorAll('.editor-instance .view-li
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -102,6 +105,8 @@ class Workbench:
         self.traffic = home / "lsp.jsonl"
         self.user_data, self.extensions = home / "user-data", home / "extensions"
         (self.user_data / "User").mkdir(parents=True)
+        # Plain `python -m` (no -P), on purpose: the working folder the extension gives the server comes
+        # first on its module path, so the Restricted Mode test can tell which folder that is.
         server = [sys.executable, "-m", "tests.editors.lsp_tap", str(self.traffic), "--",
                   *(server or [sys.executable, "-m", "lsp_server.cli", "serve"])]
         user_settings = {
@@ -117,7 +122,8 @@ class Workbench:
             **settings,
         }
         (self.user_data / "User" / "settings.json").write_text(json.dumps(user_settings, indent=2))
-        self.env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            part for part in (str(REPO), os.environ.get("PYTHONPATH", "")) if part))  # no empty entry (= cwd)
         self.env["PATH"] = f"{install.node.parent}{os.pathsep}{self.env['PATH']}"
         self._code_server([f"--install-extension={vsix}"], check=True)
         self.port = free_port()
@@ -134,11 +140,12 @@ class Workbench:
             [str(self.install.node), str(self.install.code_server), "--auth", "none", "--bind-addr", f"127.0.0.1:{self.port}",
              "--disable-telemetry", "--disable-update-check", "--user-data-dir", str(self.user_data),
              "--extensions-dir", str(self.extensions), str(folder)],
-            env=self.env, stdout=self.server_log, stderr=subprocess.STDOUT)
+            env=self.env, stdout=self.server_log, stderr=subprocess.STDOUT, start_new_session=True)
         self.driver = subprocess.Popen([str(self.install.node), str(DRIVER), str(self.install.app)], env=self.env,
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                                       start_new_session=True)
         wait_for(self._listening, 60, "code-server to listen")
-        self.call("launch", url=f"http://127.0.0.1:{self.port}/?folder={folder}", chromium=self.install.chromium)
+        self.call("launch", url=f"http://127.0.0.1:{self.port}/?folder={quote(str(folder))}", chromium=self.install.chromium)
         wait_for(lambda: self.call("evaluate", expression="document.querySelectorAll('.explorer-folders-view "
                                    ".monaco-list-row').length > 0"), 60, "the explorer to list the folder")
 
@@ -192,7 +199,7 @@ class Workbench:
                  20, "quick open")
         self.type(name, delay_ms=10)
         wait_for(lambda: self.call("evaluate", expression=f"Array.from(document.querySelectorAll("
-                                   f"'.quick-input-list .monaco-list-row')).some(r => r.textContent.includes({name!r}))"),
+                                   f"'.quick-input-list .monaco-list-row')).some(r => r.textContent.includes({json.dumps(name)}))"),
                  30, f"quick open to list {name}")
         self.press("Enter")
         wait_for(lambda: self.call("evaluate", expression="document.activeElement && "
@@ -240,7 +247,11 @@ class Workbench:
         only that method's requests joined to their responses as ``{"request": ..., "response": ...}``."""
         if not self.traffic.exists():
             return []
-        records = [json.loads(line) for line in self.traffic.read_text().splitlines() if line.strip()]
+        records = []
+        for line in self.traffic.read_text().splitlines():
+            with contextlib.suppress(ValueError):  # a line still being written
+                records.append(json.loads(line))
+        records = [r for r in records if "message" in r]
         if method is None:
             return records
         responses = {r["message"].get("id"): r["message"] for r in records
@@ -253,9 +264,17 @@ class Workbench:
         if self.driver is not None:
             with contextlib.suppress(Exception):
                 self.call("close")
-        for process in (self.driver, self.process):
-            if process is not None:
+        for process in (self.driver, self.process):  # each leads a process group: Chromium; the extension
+            if process is None:                        # host, the tap and the server
+                continue
+            for sig, wait_s in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=wait_s)
+                    break
+        if self.driver is not None:
+            for pipe in (self.driver.stdin, self.driver.stdout):
                 with contextlib.suppress(Exception):
-                    process.terminate()
-                    process.wait(timeout=20)
+                    pipe.close()
         self.server_log.close()

@@ -94,7 +94,8 @@ export function expandPath(value: string, ctx: ResolveContext = {}): string {
 /**
  * How to start the server, in order of precedence:
  * 1. `speclsp.server.command` (non-empty array of strings): run it as given;
- * 2. `speclsp.server.pythonPath`: `<python> -m lsp_server.cli serve`;
+ * 2. `speclsp.server.pythonPath`: `<python> -P -m lsp_server.cli serve` (`-P`: not the working folder first on
+ *    the module path);
  * 3. `speclsp serve` from PATH.
  *
  * @throws Error when `server.command` is set but is not a list of non-empty strings.
@@ -112,7 +113,7 @@ export function resolveServerCommand(read: SettingReader, ctx: ResolveContext = 
   }
   const python = read("server.pythonPath");
   if (typeof python === "string" && python.trim() !== "") {
-    return { command: expandPath(python.trim(), ctx), args: ["-m", "lsp_server.cli", "serve"] };
+    return { command: expandPath(python.trim(), ctx), args: ["-P", "-m", "lsp_server.cli", "serve"] };
   }
   return { command: "speclsp", args: ["serve"] };
 }

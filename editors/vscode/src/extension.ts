@@ -3,6 +3,7 @@
 // in sync and shows model state, latency and acceptance in the status bar. Next-edit suggestions
 // (`speclsp.nextEdit`, previewed as decorations; accept/dismiss) live in nextEditView.ts.
 
+import * as fs from "fs";
 import * as vscode from "vscode";
 import {
   DidChangeConfigurationNotification,
@@ -35,14 +36,25 @@ function showStatus(status: ServerStatus): void {
   statusItem.show();
 }
 
-function createClient(): LanguageClient {
+/** The server's working folder: the workspace when VS Code trusts it; else the extension's own storage,
+ * since `python -m` (and a bare command on Windows) would load code from the working folder first. */
+function serverCwd(context: vscode.ExtensionContext, workspaceFolder: string | undefined): string | undefined {
+  if (vscode.workspace.isTrusted) {
+    return workspaceFolder;
+  }
+  const storage = context.globalStorageUri.fsPath;
+  fs.mkdirSync(storage, { recursive: true });
+  return storage;
+}
+
+function createClient(context: vscode.ExtensionContext): LanguageClient {
   const workspaceFolder = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
   const server = resolveServerCommand(readSetting, { workspaceFolder });
   const serverOptions: ServerOptions = {
     command: server.command,
     args: server.args,
     transport: TransportKind.stdio,
-    options: { cwd: workspaceFolder },
+    options: { cwd: serverCwd(context, workspaceFolder) },
   };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
@@ -55,7 +67,7 @@ function createClient(): LanguageClient {
 
 async function start(context: vscode.ExtensionContext): Promise<void> {
   try {
-    client = createClient();
+    client = createClient(context);
   } catch (err) {
     showStatus({ state: "error", message: String(err instanceof Error ? err.message : err) });
     void vscode.window.showErrorMessage(String(err instanceof Error ? err.message : err));
@@ -96,6 +108,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       }
       await start(context);
     }),
+    vscode.workspace.onDidGrantWorkspaceTrust(() => vscode.commands.executeCommand("speclsp.restartServer")),
     vscode.workspace.onDidChangeConfiguration(async (event) => {
       if (!event.affectsConfiguration(SECTION) || client === undefined) {
         return;

@@ -43,7 +43,7 @@ test("resolveServerCommand: explicit command wins, with ~ and ${workspaceFolder}
 test("resolveServerCommand: python path runs the module", () => {
   assert.deepEqual(resolveServerCommand(reader({ "server.command": [], "server.pythonPath": " /opt/py/bin/python " })), {
     command: "/opt/py/bin/python",
-    args: ["-m", "lsp_server.cli", "serve"],
+    args: ["-P", "-m", "lsp_server.cli", "serve"],
   });
 });
 
