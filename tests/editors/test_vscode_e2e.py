@@ -130,8 +130,7 @@ def test_ghost_text_is_the_servers_answer_drawn_at_the_cursor_and_tab_accepts_it
     assert geometry is not None
     assert abs(geometry["ghostLeft"] - geometry["cursorLeft"]) <= 2, geometry  # at the cursor's column
     assert abs(geometry["ghostTop"] - geometry["cursorTop"]) <= 2, geometry  # on the cursor's line
-    bench.press("Tab")
-    wait_for(lambda: not bench.ghost_text(), 10, "the ghost text to go after Tab")
+    bench.press("Tab")  # (a new suggestion may follow at once: the check is the text Tab inserted)
     wait_for(lambda: bench.lines().get(BODY_LINE) == line + shown.split("\n")[0], 10, "Tab to insert the suggestion")
     bench.press("Control+s")
     path = bench.folder / "versions.py"
@@ -286,8 +285,8 @@ def test_ghost_text_after_an_astral_character_in_a_crlf_file_is_at_the_cursor_an
     assert shown == item["insertText"][len(typed_part):]
     geometry = bench.ghost_geometry()
     assert geometry is not None and abs(geometry["ghostLeft"] - geometry["cursorLeft"]) <= 2, geometry
-    bench.press("Tab")
-    wait_for(lambda: not bench.ghost_text(), 10, "the ghost text to go after Tab")
+    bench.press("Tab")  # (a new suggestion may follow at once: the check is the text Tab inserted)
+    wait_for(lambda: bench.lines().get(BODY_LINE) == line + shown.split("\n")[0], 10, "Tab to insert the suggestion")
     bench.press("Control+s")
     path = bench.folder / "versions.py"
     expected = CRLF_SOURCE + "\r\n\r\n" + HEADER + "\r\n" + line + shown.replace("\n", "\r\n")
