@@ -199,13 +199,19 @@ def stub_server(tmp_path: Path) -> list[str]:
     return [sys.executable, str(STUB), str(script), str(tmp_path / "stub.jsonl")]
 
 
-def test_next_edit_preview_strikes_the_old_text_shows_the_new_and_tab_applies_it(open_workbench, tmp_path):
+def show_stub_preview(open_workbench, tmp_path: Path) -> tuple[Workbench, list[str]]:
+    """area.py open on the stub server, the cursor on the renamed parameter's line, *Suggest Next Edit*
+    run: the workbench and the preview's struck-through text once it is drawn."""
     bench = open_workbench({"area.py": EDITED}, server=stub_server(tmp_path))
     bench.open_file("area.py")
     wait_for(lambda: bench.messages("textDocument/didOpen"), 30, "the document to reach the server")
     bench.go_to(1, 5)
     bench.run_command("speclsp: Suggest Next Edit")
-    struck = wait_for(lambda: bench.struck_text(), 30, "the preview's struck-through text")
+    return bench, wait_for(lambda: bench.struck_text(), 30, "the preview's struck-through text")
+
+
+def test_next_edit_preview_strikes_the_old_text_shows_the_new_and_tab_applies_it(open_workbench, tmp_path):
+    bench, struck = show_stub_preview(open_workbench, tmp_path)
     assert struck == [OLD] * len(ANSWER["edits"])
     assert bench.inserted_labels() == [json.dumps(NEW)] * len(ANSWER["edits"])  # CSS content: a quoted string
     assert "\n".join(bench.lines()[n] for n in range(EDITED.count("\n"))) + "\n" == EDITED  # preview only
@@ -217,12 +223,7 @@ def test_next_edit_preview_strikes_the_old_text_shows_the_new_and_tab_applies_it
 
 
 def test_next_edit_escape_dismisses_and_leaves_the_file_unchanged(open_workbench, tmp_path):
-    bench = open_workbench({"area.py": EDITED}, server=stub_server(tmp_path))
-    bench.open_file("area.py")
-    wait_for(lambda: bench.messages("textDocument/didOpen"), 30, "the document to reach the server")
-    bench.go_to(1, 5)
-    bench.run_command("speclsp: Suggest Next Edit")
-    wait_for(lambda: bench.struck_text(), 30, "the preview's struck-through text")
+    bench, _ = show_stub_preview(open_workbench, tmp_path)
     bench.press("Escape")
     wait_for(lambda: not bench.struck_text() and not bench.inserted_labels(), 10, "Escape to drop the preview")
     bench.press("Tab")  # the accept key no longer applies anything: Tab indents as usual

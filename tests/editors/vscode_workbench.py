@@ -183,20 +183,22 @@ class Workbench:
     def press(self, chord: str) -> None:
         self.call("press", key=chord)
 
+    def _open_quick_input(self, chord: str, what: str) -> None:
+        """Press ``chord`` and wait until VS Code's quick input box (palette, Quick Open, Go to Line) has focus."""
+        self.press(chord)
+        wait_for(lambda: self.call("evaluate", expression="!!document.querySelector('.quick-input-widget input:focus')"),
+                 20, what)
+
     def run_command(self, title: str) -> None:
         """Run a command by its title from the command palette (F1)."""
-        self.press("F1")
-        wait_for(lambda: self.call("evaluate", expression="!!document.querySelector('.quick-input-widget input:focus')"),
-                 20, "the command palette")
+        self._open_quick_input("F1", "the command palette")
         self.type(title, delay_ms=10)
         time.sleep(0.5)
         self.press("Enter")
 
     def open_file(self, name: str) -> None:
         """Quick Open (Ctrl+P) ``name`` and wait until its editor has focus."""
-        self.press("Control+p")
-        wait_for(lambda: self.call("evaluate", expression="!!document.querySelector('.quick-input-widget input:focus')"),
-                 20, "quick open")
+        self._open_quick_input("Control+p", "quick open")
         self.type(name, delay_ms=10)
         wait_for(lambda: self.call("evaluate", expression=f"Array.from(document.querySelectorAll("
                                    f"'.quick-input-list .monaco-list-row')).some(r => r.textContent.includes({json.dumps(name)}))"),
@@ -207,9 +209,7 @@ class Workbench:
 
     def go_to(self, line: int, column: int) -> None:
         """Put the cursor at 1-based ``line`` and ``column`` with Go to Line (Ctrl+G)."""
-        self.press("Control+g")
-        wait_for(lambda: self.call("evaluate", expression="!!document.querySelector('.quick-input-widget input:focus')"),
-                 20, "go to line")
+        self._open_quick_input("Control+g", "go to line")
         self.type(f"{line}:{column}", delay_ms=10)
         time.sleep(0.3)
         self.press("Enter")
