@@ -16,6 +16,7 @@ minimal edits from the old region to the new (:mod:`lsp_server.text_edits`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from decoding.types import FinishReason, Generation, GenerationConfig
@@ -180,17 +181,47 @@ def rewrite(backend: GenerationBackend, request: CompletionRequest, history=(), 
     t0 = time.perf_counter()
     settings, document = request.settings, request.document
     prompt = build_rewrite_prompt(document, request.offset, history, backend.tokenizer, backend.capabilities,
-                                  settings.next_edit_region_lines)
+                                  settings.next_edit_region_lines, settings.next_edit_prompt_format,
+                                  backend.describe().target)
     if prompt is None:
         return None
     config = settings.rewrite_config(prompt.end_marker, backend, seed)
-    cache_key = ("nextEdit", document.uri)  # not the completion prompt's cache: the prompts share nothing
+    cache_key = rewrite_cache_key(document.uri)
     t1 = time.perf_counter()
     generation = backend.rewrite(prompt, config, settings.drafter, request.cancelled.is_set, cache_key=cache_key)
     t2 = time.perf_counter()
     text, edits = "", []
     if generation.finish_reason == FinishReason.STOP:
-        text = to_document_text(generation.text, line_ending(document.text))
+        answer = generation.text
+        if prompt.trailing_break and answer.endswith("\n"):
+            answer = answer[:-1]
+        text = to_document_text(answer, line_ending(document.text))
         edits = minimal_edits(prompt.region_text, text, prompt.region_start)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
     return Rewrite(prompt, generation, text, edits, ms)
+
+
+def prefill_rewrite(backend: GenerationBackend, request: CompletionRequest, history=(),
+                    should_stop: Callable[[], bool] | None = None) -> int:
+    """Compute the rewrite prompt of the request's cursor ahead of a next-edit request for it (into the
+    document's next-edit cache, in small pieces that poll ``should_stop``): a :func:`rewrite` of the same
+    document, cursor region and edits then prefills nothing but its last token. Returns the prompt tokens
+    computed (0 for a blank region, a remote engine, or a stop before any piece).
+
+    Raises:
+        lsp_server.rewrite_prompt.NextEditUnsupported: the model cannot write rewrites.
+    """
+    settings, document = request.settings, request.document
+    prompt = build_rewrite_prompt(document, request.offset, history, backend.tokenizer, backend.capabilities,
+                                  settings.next_edit_region_lines, settings.next_edit_prompt_format,
+                                  backend.describe().target)
+    if prompt is None:
+        return 0
+    return backend.prefill(prompt.prompt_ids, rewrite_cache_key(document.uri), should_stop or (lambda: False),
+                           background=True)
+
+
+def rewrite_cache_key(uri: str) -> tuple[str, str]:
+    """The KV-cache key of a document's next-edit prompts (not the completion prompt's cache: the prompts
+    share nothing)."""
+    return ("nextEdit", uri)

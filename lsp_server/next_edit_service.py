@@ -3,7 +3,8 @@
 After the pipeline's resolution and guards (:mod:`lsp_server.pipeline`), the model session rewrites the
 region around the cursor with the document's recent edits carried through it
 (:meth:`lsp_server.session.ModelSession.rewrite`; the edits are recorded here, :attr:`NextEditService.history`,
-as ``didChange`` applies them). A finished suggestion with edits is kept per document: while the
+as ``didChange`` applies them; when an edit burst ends, the prompt is computed ahead,
+:mod:`lsp_server.rewrite_ahead`). A finished suggestion with edits is kept per document: while the
 document stays as it was, an inline completion request on the cursor's line can answer with it
 (:meth:`NextEditService.inline_replacement`).
 """
@@ -21,6 +22,7 @@ from lsp_server.workspace.documents import Document
 from lsp_server.workspace.edit_history import EditHistories
 from lsp_server.pipeline import RequestPipeline
 from lsp_server.request import CompletionRequest
+from lsp_server.rewrite_ahead import RewritesAhead
 from lsp_server.rewrite_prompt import NextEditUnsupported
 from lsp_server.session import ModelSession
 from lsp_server.text_edits import inline_replacement
@@ -45,7 +47,13 @@ class NextEditService:
         self.pipeline = pipeline
         self.history = EditHistories()  # recent edits per document
         self._last: dict[str, NextEdit] = {}  # uri -> its last finished suggestion with edits
+        self.ahead = RewritesAhead(pipeline, self.history)  # the prompt computed when an edit burst ends
         pipeline.on_closed.append(self.forget)
+
+    def changed(self, document: Document, cursor: int | None) -> None:
+        """A document changed (its edits recorded in :attr:`history`), leaving the cursor at ``cursor``
+        (code points; ``None``: unknown): compute its rewrite prompt once the edit burst ends."""
+        self.ahead.changed(document, cursor)
 
     async def next_edit(self, uri: str, position: types.Position) -> NextEdit | None:
         """A next-edit suggestion at ``position``; ``None`` when there is nothing to suggest (models not
@@ -97,4 +105,5 @@ class NextEditService:
     def forget(self, uri: str) -> None:
         """A document closed: forget its edits and its last suggestion."""
         self.history.forget(uri)
+        self.ahead.forget(uri)
         self._last.pop(uri, None)

@@ -7,8 +7,9 @@ and prompt tokens kept between requests (:class:`lsp_server.draft_sources.DraftS
 * requests: :meth:`ModelSession.complete` and :meth:`ModelSession.rewrite` (a next-edit suggestion);
 * events: :meth:`~ModelSession.document_opened` / ``changed`` / ``closed``, :meth:`~ModelSession.file_changed`
   (the index watcher), :meth:`~ModelSession.warm_up` (after an answer);
-* work ahead of a request: :meth:`~ModelSession.prefill` (after a change) and
-  :meth:`~ModelSession.prepare_ahead` (idle after an answer: the next line, a new anchor).
+* work ahead of a request: :meth:`~ModelSession.prefill` (after a change),
+  :meth:`~ModelSession.prepare_ahead` (idle after an answer: the next line, a new anchor) and
+  :meth:`~ModelSession.prefill_rewrite` (an edit burst ended: the next-edit prompt).
 
 Only the model worker (:mod:`lsp_server.worker`) calls these, on its thread, in order: the server's
 services submit operations (``worker.run(ModelSession.complete, ...)``), never closures, and nothing
@@ -22,18 +23,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from lsp_server.backends.base import ROLE_COMPLETION, ROLE_NEXT_EDIT, ROLES, GenerationBackend, LoadedModels
-from lsp_server.completer import Completion, Rewrite, complete, prepare_prompt, rewrite
+from lsp_server.completer import Completion, Rewrite, complete, prefill_rewrite, prepare_prompt, rewrite
 from lsp_server.workspace.documents import Document
 from lsp_server.draft_sources import DraftSources
 from lsp_server.workspace.file_rules import uri_looks_secret
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.related_files import context_documents
+from lsp_server.rewrite_prompt import NextEditUnsupported
 from lsp_server.request import CompletionRequest, after_enter
 from lsp_server.syntax import parser_for
 
 NEXT_LINE_IDLE_S = 0.25  # the model thread idle this long after an answer at a line's end: prepare the next line
 #: What the worker may run (:meth:`lsp_server.worker.ModelWorker.run`); nothing hands a backend out.
-OPERATIONS = frozenset({"complete", "rewrite", "prefill", "prepare_ahead", "document_opened", "document_changed", "document_closed",
+OPERATIONS = frozenset({"complete", "rewrite", "prefill", "prefill_rewrite", "prepare_ahead", "document_opened", "document_changed", "document_closed",
                         "file_changed", "warm_up", "describe"})
 
 
@@ -115,6 +117,20 @@ class ModelSession:
         return rewrite(self.backends[ROLE_NEXT_EDIT], request, history, seed)
 
     # Work ahead of requests
+    def prefill_rewrite(self, request: CompletionRequest, history: list[str] = (),
+                        should_stop: Callable[[], bool] | None = None) -> int:
+        """When an edit burst has ended (:mod:`lsp_server.rewrite_ahead`): compute the next-edit rewrite
+        prompt of the request's cursor into the next-edit backend's cache, in pieces that stop once
+        ``should_stop`` (or the request's cancellation) is set; returns the prompt tokens computed (0 for
+        a model that cannot write rewrites, a blank region, or a stop before the first piece)."""
+        stop = should_stop or request.cancelled.is_set
+        if stop() or uri_looks_secret(request.uri):
+            return 0
+        try:
+            return prefill_rewrite(self.backends[ROLE_NEXT_EDIT], request, history, stop)
+        except NextEditUnsupported:
+            return 0
+
     def prefill(self, document: Document) -> int:
         """Compute the prompt the document's next request will start with, ahead of it; returns the
         prompt tokens computed.

@@ -123,6 +123,14 @@ class Settings:
     next_edit_region_lines: int = _setting(
         20, "Next-edit suggestions: the most lines of the region around the cursor that the model rewrites "
         "(snapped to the enclosing definition when it fits).", minimum=1, maximum=400)
+    next_edit_prompt_format: str = _setting(
+        "auto", "Next-edit suggestions: the rewrite prompt's format: chat (the chat template), plain (comment "
+        "lines, for code models without one), sweep (Sweep's <|file_sep|> blocks), zeta (Zed's editable-region "
+        "markers), zeta_chat (those inside the chat template), or auto: the one measured best for the model "
+        "(docs/next-edit.md).", enum=["auto", "chat", "plain", "sweep", "zeta", "zeta_chat"])
+    next_edit_prefill: bool = _setting(
+        True, "Next-edit suggestions: when an edit burst ends (1.5 s without a change), compute the rewrite prompt "
+        "for the cursor in the background, so a suggestion asked for then starts from it. Exactness is unaffected.")
     next_edit_max_new_tokens: int = _setting(512, "Next-edit suggestions: most tokens the model writes for the "
                                              "rewritten region.", minimum=1, maximum=8192)
     prefix_tokens: int = _setting(1024, "Prompt budget before the cursor (tokens).", minimum=1, maximum=32768)

@@ -121,6 +121,10 @@ class FakeSession:
         self._record("prepare_ahead", request)
         return 0
 
+    def prefill_rewrite(self, request, history=(), should_stop=None) -> int:
+        self._record("prefill_rewrite", request, history, should_stop)
+        return 0
+
     def document_opened(self, document) -> None:
         self._record("document_opened", document)
 

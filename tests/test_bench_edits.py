@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from bench.edit_cases import EditCase, Module, Replacement, apply, edit_cases, region_of
+from bench.edit_cases import EditCase, Module, Replacement, apply, edit_cases, region_of, split_of
+from bench.edit_scoring import equivalent, outside_reach, reach_lines, reversal
 from bench.edits import percentile, same_region, summarise
 
 pytestmark = pytest.mark.unit
@@ -36,21 +37,38 @@ def write(tmp_path, name: str, text: str):
 
 def test_rename_cases_rename_the_bindings_never_strings_attributes_or_keyword_names(tmp_path):
     path = write(tmp_path, "scale.py", RENAME_SOURCE)
-    seen = set()
-    for seed in range(16):  # each seed picks one of the names bound here and occurring three times or more
-        (case,) = edit_cases([path], 50, seed, workloads=("rename",))["rename"]
-        name = case.before[case.user_edit.start:case.user_edit.end]
-        seen.add(name)
-        assert case.user_edit.start == RENAME_SOURCE.index(name)  # the first occurrence: the user's edit
-        if name == "factor":
-            assert case.expected == RENAME_SOURCE.replace(
-                "values, factor):", "values, factor_value):").replace(
-                "value * factor", "value * factor_value").replace("str(factor)", "str(factor_value)")
-        ast.parse(case.expected)
-        ast.parse(case.edited)
-        assert case.edited.count(name + "_value") == 1
-        assert case.cursor == case.user_edit.start + len(name + "_value")
-    assert seen == {"values", "factor", "total", "out"}  # not `item` or `value` (twice each), not `os`
+    seen = {"rename_parameter": set(), "rename_local": set()}
+    for seed in range(16):  # each seed picks one parameter and one local bound here and occurring three times or more
+        cases = edit_cases([path], 50, seed, workloads=("rename",))
+        assert set(cases) == set(seen)
+        for workload, (case,) in cases.items():
+            name = case.before[case.user_edit.start:case.user_edit.end]
+            seen[workload].add(name)
+            assert case.user_edit.start == RENAME_SOURCE.index(name)  # the first occurrence: the user's edit
+            if name == "factor":
+                assert case.expected == RENAME_SOURCE.replace(
+                    "values, factor):", "values, factor_value):").replace(
+                    "value * factor", "value * factor_value").replace("str(factor)", "str(factor_value)")
+            ast.parse(case.expected)
+            ast.parse(case.edited)
+            assert case.edited.count(name + "_value") == 1
+            assert case.cursor == case.user_edit.start + len(name + "_value")
+    # not `item` or `value` (twice each), not `os`
+    assert seen == {"rename_parameter": {"values", "factor"}, "rename_local": {"total", "out"}}
+
+
+def test_fix_typo_misspells_a_name_at_every_use_and_the_user_fixes_the_first(tmp_path):
+    path = write(tmp_path, "scale.py", RENAME_SOURCE)
+    names = set()
+    for seed in range(12):
+        (case,) = edit_cases([path], 50, seed, workloads=("fix_typo",))["fix_typo"]
+        name = case.user_edit.text
+        typo = case.before[case.user_edit.start:case.user_edit.end]
+        names.add(name)
+        assert typo != name and sorted(typo) == sorted(name) and len(name) >= 5
+        assert case.expected == RENAME_SOURCE  # every use fixed: the file as it was written
+        assert case.edited.count(typo) == len(case.followups) == 2  # three uses each, the first fixed
+    assert names <= {"values", "factor", "total"} and len(names) >= 2  # `out` is too short for a typo
 
 
 def test_rename_leaves_out_functions_with_nested_scopes_or_global_names(tmp_path):
@@ -68,7 +86,9 @@ def test_rename_leaves_out_functions_with_nested_scopes_or_global_names(tmp_path
             count = count + base
             return count
     '''))
-    (case,) = edit_cases([path], 50, 0, workloads=("rename",))["rename"]  # `count` is global, `nested` has a scope
+    cases = edit_cases([path], 50, 0, workloads=("rename",))  # `count` is global, `nested` has a scope
+    assert cases["rename_local"] == []
+    (case,) = cases["rename_parameter"]
     assert case.before[case.user_edit.start:case.user_edit.end] == "base" and len(case.followups) == 2
 
 
@@ -88,7 +108,14 @@ ADD_PARAMETER_SOURCE = textwrap.dedent('''\
 
 def test_add_parameter_passes_the_new_parameter_through_matching_calls_only(tmp_path):
     path = write(tmp_path, "tree.py", ADD_PARAMETER_SOURCE)
-    (case,) = edit_cases([path], 50, 0, workloads=("add_parameter",))["add_parameter"]
+    definition, call_side = edit_cases([path], 50, 0, workloads=("add_parameter",))["add_parameter"]
+    if definition.source.endswith(":5"):
+        definition, call_side = call_side, definition
+    # from the calls' side: the first call of depth gets the argument, the later ones with one argument follow
+    assert call_side.source.endswith("/tree.py:5") and call_side.edited.splitlines()[4].endswith("self.depth(node.left, context)")
+    assert call_side.expected == ADD_PARAMETER_SOURCE.replace("(node.left)", "(node.left, context)").replace(
+        "(node.right)", "(node.right, context)").replace("(self.root)", "(self.root, context)")
+    case = definition
     assert case.edited.splitlines()[1] == "    def depth(self, node, context):"
     assert case.expected == ADD_PARAMETER_SOURCE.replace("def depth(self, node)", "def depth(self, node, context)").replace(
         "self.depth(node.left)", "self.depth(node.left, context)").replace(
@@ -101,9 +128,27 @@ def test_add_parameter_follows_calls_in_the_region_only(tmp_path):
     source = ADD_PARAMETER_SOURCE.replace("    def size(self):", "\n" * 30 + "    def size(self):")
     assert source != ADD_PARAMETER_SOURCE
     path = write(tmp_path, "far.py", source)
-    (case,) = edit_cases([path], 50, 0, region_lines=20, workloads=("add_parameter",))["add_parameter"]
+    cases = edit_cases([path], 50, 0, region_lines=20, workloads=("add_parameter",))["add_parameter"]
+    (case,) = [c for c in cases if c.source.endswith(":2")]  # the definition's side
     assert len(case.followups) == 2  # the class no longer fits a region: only the recursive calls are in depth's
-    assert edit_cases([path], 50, 0, region_lines=0, workloads=("add_parameter",))["add_parameter"] == []
+    assert [c for c in edit_cases([path], 50, 0, region_lines=0, workloads=("add_parameter",))["add_parameter"]
+            if c.source.endswith(":2")] == []
+
+
+def test_add_parameter_goes_before_the_defaults_and_calls_may_pass_keywords(tmp_path):
+    source = textwrap.dedent('''\
+        def load(path, mode="r", *, strict=False):
+            if strict:
+                return load(path.parent, strict=True)
+            return load(path, "w"), load(path)
+    ''')
+    path = write(tmp_path, "load.py", source)
+    cases = edit_cases([path], 50, 0, workloads=("add_parameter",))["add_parameter"]
+    (case,) = [c for c in cases if c.source.endswith(":1")]
+    assert case.edited.startswith("def load(path, context, mode=")
+    # load(path, "w") passes a defaulted parameter by position: it is left alone
+    assert case.expected == source.replace("(path, mode", "(path, context, mode").replace(
+        "load(path.parent, strict", "load(path.parent, context, strict").replace(", load(path)\n", ", load(path, context)\n")
 
 
 def test_keyword_cases_rename_the_keyword_in_later_calls_of_the_same_callee(tmp_path):
@@ -151,23 +196,41 @@ def test_a_workloads_cases_do_not_depend_on_the_other_workloads_asked_for(tmp_pa
                    ADD_PARAMETER_SOURCE.replace("Tree", f"Tree{n}")) for n in range(6)]
     for seed in range(4):
         both = edit_cases(paths, 2, seed, workloads=("rename", "add_parameter"))
-        assert both["rename"] == edit_cases(paths, 2, seed, workloads=("rename",))["rename"]
+        assert both["rename_local"] == edit_cases(paths, 2, seed, workloads=("rename_local",))["rename_local"]
         assert both["add_parameter"] == edit_cases(paths, 2, seed, workloads=("add_parameter",))["add_parameter"]
     with pytest.raises(ValueError, match="unknown workloads"):
         edit_cases(paths, 5, 0, workloads=("rename", "reformat"))
+    with pytest.raises(ValueError, match="unknown split"):
+        edit_cases(paths, 5, 0, split="train")
+
+
+def test_the_dev_and_test_splits_share_no_file_and_hold_every_case(tmp_path):
+    paths = [write(tmp_path, f"m{n}.py", RENAME_SOURCE.replace("scale", f"scale{n}")) for n in range(12)]
+    dev = edit_cases(paths, 100, 0, workloads=("rename_local",), split="dev")["rename_local"]
+    test = edit_cases(paths, 100, 0, workloads=("rename_local",), split="test")["rename_local"]
+    every = edit_cases(paths, 100, 0, workloads=("rename_local",))["rename_local"]
+    dev_files = {c.source.rsplit(":", 1)[0] for c in dev}
+    test_files = {c.source.rsplit(":", 1)[0] for c in test}
+    assert dev and test and not dev_files & test_files
+    assert sorted(c.source for c in dev + test) == sorted(c.source for c in every)
+    assert all(split_of(c.source) == "dev" for c in dev)
 
 
 def test_summarise_separates_the_prefill_from_the_speedup():
-    def row(latency_ms, prefill_ms, tokens, passes):
-        return {"exact": True, "parses": True, "tokens": tokens, "passes": passes, "latency_ms": latency_ms,
+    def row(latency_ms, prefill_ms, tokens, passes, exact=True):
+        return {"exact": exact, "exact_text": exact, "parses": True, "unchanged": False, "reversal": False,
+                "outside": 0 if exact else 2, "tokens": tokens, "passes": passes, "latency_ms": latency_ms,
                 "prefill_ms": prefill_ms, "prompt_tokens": 1000, "identical": True, "parted": None}
 
     plain = [row(50_000, 10_000, 100, 100), row(30_000, 10_000, 60, 60)]
-    spec = [row(15_000, 10_000, 100, 10), row(14_000, 10_000, 60, 8)]
+    spec = [row(15_000, 10_000, 100, 10), row(14_000, 10_000, 60, 8, exact=False)]
     summary = summarise(spec, plain)
     assert summary["speedup"] == round(80_000 / 29_000, 2)
     assert summary["speedup_after_prefill"] == round(60_000 / 9_000, 2)
     assert summary["tokens_per_pass"] == round(160 / 18, 2) and summary["prefill_ms_p50"] == 10_000
+    assert summary["exact"] == 0.5 and summary["outside"] == 0.5 and summary["reversal"] == 0
+    no_reference = summarise(spec, None)
+    assert "speedup" not in no_reference and no_reference["identical_to_plain"] is None
 
 
 def test_report_helpers():
@@ -200,3 +263,48 @@ def test_keyword_calls_in_another_function_do_not_follow(tmp_path):
     (case,) = edit_cases([path], 50, 0, workloads=("keyword",))["keyword"]
     assert case.expected == source.replace("name=1", "name_value=1").replace("name=2", "name_value=2")
 
+
+
+SCORED = textwrap.dedent('''\
+    import math
+
+
+    def area(radius, scale):
+        # the circle's area
+        full = math.pi * radius * radius
+        return full * scale, radius
+''')
+
+
+def _rename_case() -> EditCase:
+    first = SCORED.index("radius")
+    rest = [i for i in range(first + 1, len(SCORED)) if SCORED.startswith("radius", i)]
+    return EditCase("rename_parameter", "s.py:4", SCORED, Replacement(first, first + 6, "r"),
+                    tuple(Replacement(i, i + 6, "r") for i in rest))
+
+
+def test_equivalent_counts_the_new_argument_by_keyword_or_position_but_not_a_lost_comment():
+    expected = "def f(a, context):\n    return g(a, context)  # keep\n"
+    assert equivalent("def f(a, context):\n    return g(a, context=context)  # keep\n", expected)
+    assert equivalent("def f(a, context):\n    return g(a,\n             context)  # keep\n", expected)
+    assert not equivalent("def f(a, context):\n    return g(a, context)\n", expected)  # the comment is gone
+    assert not equivalent("def f(a, context):\n    return g(context, a)  # keep\n", expected)
+    assert not equivalent("def f(a, context):\n    return g(a, context=other)  # keep\n", expected)
+    assert not equivalent("def f(a, context:\n", expected)
+
+
+def test_reversal_and_outside_reach_of_a_suggestion():
+    case = _rename_case()
+    start = case.edited.index("def area")
+    end = len(case.edited.rstrip("\n"))
+    region = case.edited[start:end]
+    right = case.expected[start:len(case.expected.rstrip("\n"))]
+    assert reach_lines(case, start, end) == {0, 2, 3}  # the def line and the two lines using radius
+    assert outside_reach(case, start, end, right) == 0 and not reversal(case, start, end, right)
+    assert outside_reach(case, start, end, region) == 0  # unchanged: nothing outside either
+    # the context's import written into the region, and the comment reworded: two lines outside the reach
+    copied = "import math\n" + right.replace("# the circle's area", "# area")
+    assert outside_reach(case, start, end, copied) == 2
+    # the user's rename undone (the edit renamed back), the rest left: a reversal
+    undone = region.replace("def area(r, scale)", "def area(radius, scale)")
+    assert reversal(case, start, end, undone) and not reversal(case, start, end, region)

@@ -159,3 +159,37 @@ async def test_a_newer_next_edit_supersedes_the_older(client: LanguageClient):
     assert await first is None
     await logged(client, before, f"decoder_cancel.py:{line}:{character} superseded")
     assert second is None or second.edits  # the newer one is answered in full
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_suggestion_asked_after_the_edit_burst_finds_its_prompt_computed(client: LanguageClient):
+    text = HELD_OUT_FILE.read_text(encoding="utf-8")
+    (line, character), *_ = def_lines(text)
+
+    def rename(uri: str) -> None:  # the first parameter's first letter doubled
+        at = types.Position(line=line, character=character)
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at),
+                                                                     text=text[offset_of(text, line, character)])]))
+
+    async def prefill_line(uri: str, name: str, wait_s: float) -> str:
+        rename(uri)
+        await asyncio.sleep(wait_s)
+        before = len(client.log_messages)
+        await next_edit(client, uri, line, character + 1)
+        await logged(client, before, f"nextEdit {name}:{line}:{character + 1} ")
+        return next(m.message for m in client.log_messages[before:] if f"nextEdit {name}:" in m.message)
+
+    # Asked at once, the request computes its prompt itself (the control: the check below can fail).
+    at_once = await prefill_line(open_document(client, "decoder_now.py", text), "decoder_now.py", 0.0)
+    computed = int(at_once.split("prefill_tokens=")[1].split()[0])
+    assert computed > 100
+    # Asked after the burst settled (1.5 s) and the background prefill ran: only the last token is left.
+    later = await prefill_line(open_document(client, "decoder_later.py", text), "decoder_later.py", 1.5 + 3.0)
+    assert int(later.split("prefill_tokens=")[1].split()[0]) <= 1, later
+    assert int(later.split("reused=")[1].split()[0]) >= computed - 1
+
+
+def offset_of(text: str, line: int, character: int) -> int:
+    return sum(len(row) + 1 for row in text.split("\n")[:line]) + character

@@ -68,10 +68,10 @@ class LocalBackend:
         self.engine.forget_cache(cache_key)
 
     def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool],
-                spare: bool = False) -> int:
+                spare: bool = False, background: bool = False) -> int:
         """:meth:`decoding.engine.Engine.prefill` (the chunks polled with ``should_stop``)."""
         return self.engine.prefill(prompt_ids, cache_key=cache_key, should_stop=should_stop,
-                                   chunk_tokens=BACKGROUND_CHUNK_TOKENS if spare else DEFAULT_PREFILL_CHUNK_TOKENS,
+                                   chunk_tokens=BACKGROUND_CHUNK_TOKENS if spare or background else DEFAULT_PREFILL_CHUNK_TOKENS,
                                    spare=spare)
 
 

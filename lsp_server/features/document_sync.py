@@ -43,7 +43,9 @@ def register(server: SpeclspServer) -> None:
             ls.next_edits.history.record(before, after, applied)
         ls.pipeline.document_changed(after)  # the session works ahead of the next request
         one = len(applied) == 1 and isinstance(params.content_changes[0], types.TextDocumentContentChangePartial)
-        ls.completions.changed(after, applied[0][0] + len(applied[0][2]) if one else None)  # the cursor after it
+        cursor = applied[0][0] + len(applied[0][2]) if one else None  # the cursor after it
+        ls.completions.changed(after, cursor)
+        ls.next_edits.changed(after, cursor)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: SpeclspServer, params: types.DidCloseTextDocumentParams) -> None:

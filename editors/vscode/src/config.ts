@@ -42,6 +42,8 @@ export const SERVER_SETTINGS = [
   "remoteModel",
   "remoteTimeoutSeconds",
   "nextEditRegionLines",
+  "nextEditPromptFormat",
+  "nextEditPrefill",
   "nextEditMaxNewTokens",
 ] as const;
 

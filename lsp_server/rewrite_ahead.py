@@ -1,0 +1,87 @@
+"""Next-edit rewrite prompts computed when an edit burst ends, before the suggestion is asked for.
+
+A next-edit suggestion's time on a CPU is mostly the prefill of its ~1,000-token prompt, and that prompt
+is known as soon as the user stops editing: the region around the cursor, the file around it and the
+recent edits. So when a document with recent edits has had no change for ``SETTLED_S`` (the edit
+history's coalescing window: the burst is one edit by then), the rewrite prompt for the cursor the last
+change left is computed on the model thread (:meth:`lsp_server.session.ModelSession.prefill_rewrite`),
+in small pieces that yield to any queued work, into the document's next-edit cache. A
+``speclsp/nextEdit`` request for that cursor then finds its prompt computed but for the last token. A
+new change cancels the timer or the prefill (it is in the pipeline's in-flight table under
+``REWRITE_AHEAD``); a request that arrives while it runs queues behind its current piece.
+
+It computes what the request would compute (the same prompt), so exactness is the request's; what it
+can waste is one prompt's prefill for a suggestion never asked for. The ``nextEditPrefill`` setting turns
+it off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from lsp_server.pipeline import RequestPipeline
+from lsp_server.request import resolve_request
+from lsp_server.session import ModelSession
+from lsp_server.workspace.documents import Document
+from lsp_server.workspace.edit_history import COALESCE_S, EditHistories
+from lsp_server.workspace.file_rules import uri_looks_secret
+from lsp_server.workspace.names import file_name
+from lsp_server.workspace.positions import codec_for
+from lsp_server.worker import READY
+
+log = logging.getLogger(__name__)
+
+REWRITE_AHEAD = "nextEditAhead"  # the in-flight method name of a prefill started when an edit burst ends
+SETTLED_S = COALESCE_S  # no change for this long (seconds): the edit burst has ended
+CODE_POINTS = codec_for("utf-32")
+
+
+class RewritesAhead:
+    """See the module docstring. Event loop only."""
+
+    def __init__(self, pipeline: RequestPipeline, history: EditHistories, settled_s: float = SETTLED_S):
+        self.pipeline = pipeline
+        self.history = history
+        self.settled_s = settled_s
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    def changed(self, document: Document, cursor: int | None) -> None:
+        """A document changed, leaving the cursor at ``cursor`` (code points into ``document.text``;
+        ``None``: unknown, nothing is computed); a running prefill stops."""
+        self.forget(document.uri)
+        if cursor is None or not self.pipeline.settings_ref().next_edit_prefill:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a direct call in a test): nothing can wait
+            return
+        self._timers[document.uri] = loop.call_later(self.settled_s, self._settled, document, cursor)
+
+    def _settled(self, document: Document, cursor: int) -> None:
+        """The burst ended: start the prefill, unless the document moved on or cannot be completed in."""
+        uri, pipeline = document.uri, self.pipeline
+        self._timers.pop(uri, None)
+        current = pipeline.store.get(uri)
+        if (current is None or current.version != document.version or current.text != document.text
+                or not document.in_sync or uri_looks_secret(uri) or pipeline.worker.state != READY
+                or not self.history.has_edits(uri)):
+            return
+        settings = pipeline.settings_ref()
+        request = resolve_request(document, document.lines.position_at(cursor, CODE_POINTS), CODE_POINTS, settings,
+                                  method=REWRITE_AHEAD)
+        diffs = self.history.diffs(uri, file_name(uri))
+        worker = pipeline.worker
+        try:
+            pipeline.worker.run(ModelSession.prefill_rewrite, request, diffs,
+                                should_stop=lambda: request.cancelled.is_set() or worker.has_waiting())
+        except RuntimeError:  # unloaded meanwhile
+            return
+        pipeline.track(request)
+
+    def forget(self, uri: str) -> None:
+        """Cancel the timer and the prefill of ``uri`` (a newer change, or the document closed)."""
+        timer = self._timers.pop(uri, None)
+        if timer is not None:
+            timer.cancel()
+        self.pipeline.cancel_document(uri, REWRITE_AHEAD)

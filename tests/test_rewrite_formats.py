@@ -1,0 +1,80 @@
+"""The next-edit prompt formats (lsp_server/rewrite_formats.py): each drafts the region and its end marker,
+shows the recent edits and the region, keeps what an edit inside the region leaves unchanged at the
+prompt's start, and a format the model cannot take is refused with a clear error."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+
+from decoding.capabilities import read_capabilities
+from decoding.starter import TARGET_DIR
+from lsp_server.rewrite_formats import FILE_SEP, FORMATS, REGION_END, REGION_START, CURSOR, split_diff
+from lsp_server.rewrite_prompt import NextEditUnsupported, build_rewrite_prompt, choose_format
+from lsp_server.workspace.documents import Document
+
+pytestmark = pytest.mark.unit
+
+FUNCTION = ("import os\n\n\ndef scale(values, factor):\n    result = []\n    for value in values:\n"
+            "        result.append(value * factor)\n    return result\n\n\ndef main():\n    print(scale([1], 2))\n")
+RENAMED = FUNCTION.replace("(values, factor)", "(items, factor)")
+DIFF = "--- a/a.py\n+++ b/a.py\n@@ -4,1 +4,1 @@\n-def scale(values, factor):\n+def scale(items, factor):"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_DIR)
+    tokenizer.chat_template = ("{% for m in messages %}<|fim_pad|>{{ m.role }}\n{{ m.content }}<|endoftext|>\n"
+                               "{% endfor %}{% if add_generation_prompt %}<|fim_pad|>assistant\n{% endif %}")
+    return tokenizer
+
+
+def prompt_for(tokenizer, text: str, prompt_format: str, diffs=(DIFF,)):
+    document = Document("file:///w/a.py", text, 2, "python")
+    return build_rewrite_prompt(document, text.index("(items") + 6 if "(items" in text else text.index("values,"),
+                                list(diffs), tokenizer, read_capabilities(tokenizer), 20, prompt_format)
+
+
+@pytest.mark.parametrize("prompt_format", FORMATS)
+def test_each_format_drafts_the_region_and_shows_the_edit(tokenizer, prompt_format):
+    prompt = prompt_for(tokenizer, RENAMED, prompt_format)
+    region = RENAMED[RENAMED.index("def scale"):RENAMED.index("\n\n\ndef main")]
+    assert prompt.region_text == region and prompt.prompt_format == prompt_format
+    rendered = tokenizer.decode(prompt.prompt_ids, skip_special_tokens=False)
+    assert "items" in rendered and "values, factor" in rendered  # the edit, before and after
+    assert "import os" in rendered.split(region)[0]  # the file around the region comes first
+    draft = tokenizer.decode(prompt.draft_ids, skip_special_tokens=False)
+    if prompt_format == "sweep":
+        assert draft == region + "\n" + FILE_SEP and prompt.trailing_break and prompt.end_marker == ""
+        assert rendered.endswith(f"{FILE_SEP}updated/a.py\n")
+        assert f"{FILE_SEP}original/a.py\n{region.replace('items', 'values')}\n{FILE_SEP}current/a.py\n{region}\n" in rendered
+    else:
+        assert draft == region + prompt.end_marker and not prompt.trailing_break
+    if prompt_format.startswith("zeta"):
+        assert rendered.endswith(f"{REGION_START}\n") and prompt.end_marker == f"\n{REGION_END}"
+        assert f"def scale(items{CURSOR}, factor)" in rendered
+
+
+@pytest.mark.parametrize("prompt_format", FORMATS)
+def test_an_edit_inside_the_region_keeps_the_prompts_start(tokenizer, prompt_format):
+    first = prompt_for(tokenizer, RENAMED, prompt_format)
+    again = prompt_for(tokenizer, RENAMED.replace("result = []", "result = list()"), prompt_format)
+    shared = next(i for i, (a, b) in enumerate(zip(first.prompt_ids, again.prompt_ids)) if a != b)
+    before_region = len(tokenizer(RENAMED[:RENAMED.index("def scale")])["input_ids"])
+    assert shared >= before_region  # at least the file above the region is the same prefix
+
+
+def test_a_format_the_model_cannot_take_is_refused(tokenizer):
+    starter = AutoTokenizer.from_pretrained(TARGET_DIR)  # no chat template
+    capabilities = read_capabilities(starter)
+    for prompt_format in ("chat", "zeta_chat"):
+        with pytest.raises(NextEditUnsupported, match="chat template"):
+            choose_format(prompt_format, capabilities)
+    with pytest.raises(NextEditUnsupported, match="unknown next-edit prompt format"):
+        choose_format("diff", capabilities)
+    assert choose_format("auto", capabilities) == "plain"
+    assert choose_format("auto", read_capabilities(tokenizer)) in FORMATS
+
+
+def test_split_diff_gives_the_original_and_updated_lines():
+    assert split_diff(DIFF + "\n  return 1") == ("def scale(values, factor):\n return 1", "def scale(items, factor):\n return 1")
