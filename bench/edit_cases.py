@@ -11,7 +11,10 @@ carry it through (what a next-edit suggestion should write). Workloads (generato
   or that declare the name ``global``/``nonlocal``, are left out. ``rename`` names both.
 * ``add_parameter``: a function gets one more parameter (``context``, the last one without a default);
   its calls (``f(...)``, ``self.f(...)``, ``cls.f(...)``) in the region pass it after their positional
-  arguments (by position or by keyword: both count, see :mod:`bench.edit_scoring`).
+  arguments (by position or by keyword: both count, see :mod:`bench.edit_scoring`). From the
+  definition's side (the user edits the signature; the calls in its region follow) or from the calls'
+  (the user changed the signature elsewhere earlier, then passes the argument in the first call of a
+  region; the later calls there follow).
 * ``keyword``: a call pattern changed: one call's keyword argument is renamed (``k=`` -> ``k_value=``);
   the later calls of the same callee with that keyword in the region follow.
 * ``fix_typo``: one of several repeated mistakes fixed: a name misspelled the same way at every use in a
@@ -100,7 +103,6 @@ def edit_cases(paths: list[Path], per_workload: int, seed: int, region_lines: in
                     found[case.workload].append(case)
         if "add_parameter" in found:
             found["add_parameter"].extend(refactors.add_parameter_cases(module, region_lines))
-            found["add_parameter"].extend(refactors.call_argument_cases(module, region_lines))
         if "keyword" in found:
             found["keyword"].extend(refactors.keyword_cases(module, region_lines))
         if "fix_typo" in found:

@@ -119,60 +119,61 @@ def _calls_of(module: Module, function: ast.FunctionDef | ast.AsyncFunctionDef) 
     return found
 
 
-def add_parameter_cases(module: Module, region_lines: int) -> Iterator[EditCase]:
-    """One ``add_parameter`` case per function with a call in its region: ``context`` becomes the last
-    parameter without a default (before the defaulted ones); the calls in the region that pass exactly
-    the parameters without defaults by position (keyword arguments after them allowed) pass ``context``
-    after them. Functions with ``*args``, positional-only parameters or a ``context`` are left out."""
-    text = module.text
-    for function in _functions(module.tree, region_lines):
-        args = function.args
-        required = args.args[:len(args.args) - len(args.defaults)]
-        if (args.vararg or args.posonlyargs or not required
-                or NEW_PARAMETER in text[module.start(function):module.end(function)]):
+def _signature_change(module: Module, function) -> tuple[Replacement, list[tuple[ast.Call, Replacement]]] | None:
+    """``context`` added to ``function`` as its last parameter without a default (before the defaulted
+    ones), and its calls that pass exactly the parameters without defaults by position (keyword arguments
+    after them allowed) passing it after them: (the definition's edit, [(call, its edit)]); None for a
+    function with ``*args``, positional-only parameters, no parameter, or a ``context`` already."""
+    text, args = module.text, function.args
+    required = args.args[:len(args.args) - len(args.defaults)]
+    if (args.vararg or args.posonlyargs or not required
+            or NEW_PARAMETER in text[module.start(function):module.end(function)]):
+        return None
+    is_method = required[0].arg in ("self", "cls")
+    at = module.end(required[-1])
+    calls = []
+    for call, through_attribute in _calls_of(module, function):
+        expected_args = len(required) - (1 if is_method and through_attribute else 0)
+        if (len(call.args) != expected_args or any(isinstance(a, ast.Starred) for a in call.args)
+                or any(k.arg is None or k.arg == NEW_PARAMETER for k in call.keywords)):
             continue
-        is_method = required[0].arg in ("self", "cls")
-        first, last = region_of(module, required[-1].end_lineno, region_lines)
-        followups = []
-        for call, through_attribute in _calls_of(module, function):
-            expected_args = len(required) - (1 if is_method and through_attribute else 0)
-            if (not first <= call.lineno <= call.end_lineno <= last or len(call.args) != expected_args
-                    or any(isinstance(a, ast.Starred) for a in call.args)
-                    or any(k.arg is None or k.arg == NEW_PARAMETER for k in call.keywords)):
-                continue
-            if call.args:
-                at = module.end(call.args[-1])
-                followups.append(Replacement(at, at, f", {NEW_PARAMETER}"))
-            elif not call.keywords and text[module.end(call) - 1] == ")":
-                at = module.end(call) - 1
-                followups.append(Replacement(at, at, NEW_PARAMETER))
-        if followups:
-            at = module.end(required[-1])
-            yield EditCase("add_parameter", f"{module.source}:{function.lineno}", text,
-                           Replacement(at, at, f", {NEW_PARAMETER}"), tuple(followups))
+        if call.args:
+            end = module.end(call.args[-1])
+            calls.append((call, Replacement(end, end, f", {NEW_PARAMETER}")))
+        elif not call.keywords and text[module.end(call) - 1] == ")":
+            end = module.end(call) - 1
+            calls.append((call, Replacement(end, end, NEW_PARAMETER)))
+    return Replacement(at, at, f", {NEW_PARAMETER}"), calls
 
 
-def call_argument_cases(module: Module, region_lines: int) -> Iterator[EditCase]:
-    """``add_parameter`` from the calls' side: one call of a function defined in the module gets
-    ``context`` after its positional arguments; the later calls of the same callee in the region with
-    as many positional arguments (no ``*``/``**``, no ``context``) follow. One case per callee."""
-    text = module.text
-    defined = {node.name for node in ast.walk(module.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    for name in sorted(defined & set(module.calls)):
-        calls = sorted((c for c in module.calls[name] if c.args and not any(isinstance(a, ast.Starred) for a in c.args)
-                        and not any(k.arg is None or k.arg == NEW_PARAMETER for k in c.keywords)),
-                       key=lambda c: (c.lineno, c.col_offset))
-        for index, call in enumerate(calls):
-            callee = text[module.start(call.func):module.end(call.func)]
-            _, last_line = region_of(module, call.lineno, region_lines)
-            later = [c for c in calls[index + 1:] if c.end_lineno <= last_line and len(c.args) == len(call.args)
-                     and text[module.start(c.func):module.end(c.func)] == callee]
+def add_parameter_cases(module: Module, region_lines: int) -> Iterator[EditCase]:
+    """``add_parameter`` cases of each function (:func:`_signature_change`), from either side:
+
+    * the definition's: the user adds the parameter; the calls in the definition's region follow;
+    * the calls': the user added the parameter to a definition outside the region earlier (a prior edit)
+      and now passes it in the first call of a region; the later calls in that region follow.
+    """
+    for function in (node for node in ast.walk(module.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        change = _signature_change(module, function)
+        if change is None:
+            continue
+        definition, calls = change
+        lines = function.end_lineno - function.lineno + 1
+        if MIN_FUNCTION_LINES <= lines <= region_lines:
+            first, last = region_of(module, function.args.args[-1].end_lineno, region_lines)
+            inside = [edit for call, edit in calls if first <= call.lineno <= call.end_lineno <= last]
+            if inside:
+                yield EditCase("add_parameter", f"{module.source}:{function.lineno}", module.text, definition,
+                               tuple(inside))
+        ordered = sorted(calls, key=lambda pair: (pair[0].lineno, pair[0].col_offset))
+        for index, (call, edit) in enumerate(ordered):
+            first, last = region_of(module, call.lineno, region_lines)
+            if first <= function.lineno <= last:
+                continue  # the definition's side covers it
+            later = [e for c, e in ordered[index + 1:] if c.end_lineno <= last]
             if later:
-                at = module.end(call.args[-1])
-                yield EditCase("add_parameter", f"{module.source}:{call.lineno}", text,
-                               Replacement(at, at, f", {NEW_PARAMETER}"),
-                               tuple(Replacement(module.end(c.args[-1]), module.end(c.args[-1]), f", {NEW_PARAMETER}")
-                                     for c in later))
+                yield EditCase("add_parameter", f"{module.source}:{call.lineno}", module.text, edit, tuple(later),
+                               prior=(definition,))
                 break
 
 

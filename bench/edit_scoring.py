@@ -65,22 +65,19 @@ def reversal(case: EditCase, start: int, end: int, suggested: str) -> bool:
     if not (start <= line_start and line_end <= end):
         return False
     edited_line = edited[line_start:line_end]
-    shift = len(case.user_edit.text) - (case.user_edit.end - case.user_edit.start)
-    old_line = case.before[line_start:line_end - shift]
+    user = case.user_in_before_user
+    old_start, old_end = _line_at(case.before_user, user.start)
+    old_line = case.before_user[old_start:old_end]
     lines = suggested.split("\n")
     return old_line != edited_line and old_line in lines and edited_line not in lines
 
 
 def reach_lines(case: EditCase, start: int, end: int) -> set[int]:
-    """0-based lines of the region ``[start, end)`` of the edited document that hold the user's edit or a
-    follow-up."""
-    shift = len(case.user_edit.text) - (case.user_edit.end - case.user_edit.start)
-    spans = [(case.user_edit.start, case.cursor)]
-    spans += [(f.start + (shift if f.start >= case.user_edit.end else 0), f.end + (shift if f.start >= case.user_edit.end else 0))
-              for f in case.followups]
+    """0-based lines of the region ``[start, end)`` of the edited document that hold one of the user's
+    edits or a follow-up."""
     region = case.edited[start:end]
     lines = set()
-    for lo, hi in spans:
+    for lo, hi in case.edited_spans():
         if hi < start or lo > end:
             continue
         first = region.count("\n", 0, max(0, lo - start))

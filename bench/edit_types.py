@@ -38,37 +38,65 @@ def apply(text: str, replacements) -> str:
 
 @dataclass(frozen=True)
 class EditCase:
-    """One refactor: the document before, the user's edit and the follow-ups (offsets into ``before``)."""
+    """One refactor: the document before, the user's edits and the follow-ups (offsets into ``before``).
 
-    workload: str  # one of WORKLOADS
+    ``prior`` are edits the user made earlier (each its own entry in the edit history, before
+    ``user_edit``: a signature changed before its first call is), ``user_edit`` the one that just ended.
+    """
+
+    workload: str  # one of bench.edit_cases.WORKLOADS
     source: str  # where it was cut, "package/file.py:line", for the report
     before: str
     user_edit: Replacement
     followups: tuple[Replacement, ...]
+    prior: tuple[Replacement, ...] = ()
+
+    def to_edited(self, offset: int) -> int:
+        """An offset into :attr:`before` (outside the user's edits) as an offset into :attr:`edited` (an
+        offset where an insertion was made stays before the inserted text)."""
+        return offset + sum(len(r.text) - (r.end - r.start) for r in (*self.prior, self.user_edit)
+                            if r.end < offset or r.start < r.end == offset)
+
+    @property
+    def before_user(self) -> str:
+        """The document after the prior edits, before the user's last one."""
+        return apply(self.before, self.prior)
+
+    @property
+    def user_in_before_user(self) -> Replacement:
+        """:attr:`user_edit` with offsets into :attr:`before_user`."""
+        shift = sum(len(r.text) - (r.end - r.start) for r in self.prior
+                    if r.end < self.user_edit.start or r.start < r.end == self.user_edit.start)
+        return Replacement(self.user_edit.start + shift, self.user_edit.end + shift, self.user_edit.text)
 
     @property
     def edited(self) -> str:
-        """The document after the user's edit: what the server sees when asked."""
-        return apply(self.before, [self.user_edit])
+        """The document after the user's edits: what the server sees when asked."""
+        return apply(self.before, [*self.prior, self.user_edit])
 
     @property
     def cursor(self) -> int:
         """Offset into :attr:`edited` where the user's edit ends (the cursor after typing it)."""
-        return self.user_edit.start + len(self.user_edit.text)
+        return self.to_edited(self.user_edit.start) + len(self.user_edit.text)
 
     @property
     def expected(self) -> str:
         """The document after the whole refactor."""
-        return apply(self.before, [self.user_edit, *self.followups])
+        return apply(self.before, [*self.prior, self.user_edit, *self.followups])
+
+    def edited_spans(self) -> list[tuple[int, int]]:
+        """``[start, end)`` in :attr:`edited` of the prior edits, the user's edit and the follow-ups (these
+        as they stand before being made)."""
+        spans = [(self.to_edited(r.start), self.to_edited(r.start) + len(r.text)) for r in (*self.prior, self.user_edit)]
+        return spans + [(self.to_edited(f.start), self.to_edited(f.start) + f.end - f.start) for f in self.followups]
 
     def expected_region(self, start: int, end: int) -> tuple[str, int] | None:
         """The region ``[start, end)`` of :attr:`edited` as it should read after the follow-ups that lie
         inside it, and how many do; None when a follow-up straddles the region's border."""
-        shift = len(self.user_edit.text) - (self.user_edit.end - self.user_edit.start)
         inside = []
         for followup in self.followups:
-            moved = shift if followup.start >= self.user_edit.end else 0
-            lo, hi = followup.start + moved, followup.end + moved
+            lo = self.to_edited(followup.start)
+            hi = lo + followup.end - followup.start
             if start <= lo and hi <= end:
                 inside.append(Replacement(lo - start, hi - start, followup.text))
             elif lo < end and hi > start:

@@ -35,7 +35,7 @@ import sys
 import time
 
 from bench.corpus import corpus_files
-from bench.edit_cases import ALIASES, SPLITS, WORKLOADS, EditCase, edit_cases
+from bench.edit_cases import ALIASES, SPLITS, WORKLOADS, EditCase, Replacement, edit_cases
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -51,9 +51,9 @@ def same_region(suggested: str, expected: str) -> bool:
 
 
 def _history_and_request(case: EditCase, settings):
-    """The server's view of ``case``: the user's edit recorded in an edit history as ``didChange``
-    records it, and the request at the cursor after it (the server's modules, imported here: see the
-    module docstring)."""
+    """The server's view of ``case``: the prior edits and then the user's edit recorded in an edit history
+    as ``didChange`` records them (each its own edit: further apart than the coalescing window), and the
+    request at the cursor after it (the server's modules, imported here: see the module docstring)."""
     import bisect
 
     from lsprotocol import types
@@ -62,10 +62,20 @@ def _history_and_request(case: EditCase, settings):
     from lsp_server.workspace import documents, edit_history, positions
 
     uri = f"file:///held-out/{case.source.replace(':', '_')}"
-    old = documents.Document(uri, case.before, 0, "python")
-    new = documents.Document(uri, case.edited, 1, "python")
     history = edit_history.EditHistory()
-    history.record(old, new, [(case.user_edit.start, case.user_edit.end, case.user_edit.text)])
+    text, version, now = case.before, 0, 0.0
+    prior = [Replacement(p.start + sum(len(r.text) - (r.end - r.start) for r in case.prior[:i]
+                                       if r.end < p.start or r.start < r.end == p.start), 0, p.text)
+             for i, p in enumerate(case.prior)]
+    prior = [Replacement(moved.start, moved.start + p.end - p.start, p.text) for moved, p in zip(prior, case.prior)]
+    for edit in (*prior, case.user_in_before_user):  # each in the text as it was then
+        old = documents.Document(uri, text, version, "python")
+        text = text[:edit.start] + edit.text + text[edit.end:]
+        version += 1
+        new = documents.Document(uri, text, version, "python")
+        history.record(old, new, [(edit.start, edit.end, edit.text)], now=now)
+        now += 10 * edit_history.COALESCE_S
+    assert text == case.edited
     row = bisect.bisect_right(new.lines.starts, case.cursor) - 1
     position = types.Position(line=row, character=case.cursor - new.lines.starts[row])
     codec = positions.codec_for(types.PositionEncodingKind.Utf32)  # characters are code points

@@ -3,15 +3,19 @@
 After the pipeline's resolution and guards (:mod:`lsp_server.pipeline`), the model session rewrites the
 region around the cursor with the document's recent edits carried through it
 (:meth:`lsp_server.session.ModelSession.rewrite`; the edits are recorded here, :attr:`NextEditService.history`,
-as ``didChange`` applies them; when an edit burst ends, the prompt is computed ahead,
-:mod:`lsp_server.rewrite_ahead`). A finished suggestion with edits is kept per document: while the
+as ``didChange`` applies them; when an edit burst ends, the prompt is computed ahead, or with
+``nextEditSuggestAhead`` the suggestion written, :mod:`lsp_server.rewrite_ahead`; a request in the region of
+one written ahead, for the document as it was written for, is answered with it). A finished suggestion with edits is kept per document: while the
 document stays as it was, an inline completion request on the cursor's line can answer with it
 (:meth:`NextEditService.inline_replacement`).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
@@ -27,8 +31,12 @@ from lsp_server.rewrite_prompt import NextEditUnsupported
 from lsp_server.session import ModelSession
 from lsp_server.text_edits import inline_replacement
 from lsp_server.workspace.names import file_name
+from lsp_server.workspace.positions import codec_for
+
+log = logging.getLogger(__name__)
 
 NEXT_EDIT = "nextEdit"  # the method name of next-edit requests in logs and in-flight keys
+READY_METHOD = "speclsp/nextEditReady"  # server to client: a suggestion written ahead is ready
 
 
 @dataclass(frozen=True)
@@ -43,17 +51,34 @@ class NextEdit:
 class NextEditService:
     """Turns next-edit requests into rewrites on the model thread."""
 
-    def __init__(self, pipeline: RequestPipeline):
+    def __init__(self, pipeline: RequestPipeline, notify: Callable[[str, Any], None] | None = None):
         self.pipeline = pipeline
+        self.notify = notify  # notify(method, params): to the client
         self.history = EditHistories()  # recent edits per document
         self._last: dict[str, NextEdit] = {}  # uri -> its last finished suggestion with edits
-        self.ahead = RewritesAhead(pipeline, self.history)  # the prompt computed when an edit burst ends
+        self._ready: dict[str, NextEdit] = {}  # uri -> a suggestion written ahead, not asked for yet
+        self.ahead = RewritesAhead(pipeline, self.history, self.ready)  # work when an edit burst ends
         pipeline.on_closed.append(self.forget)
 
     def changed(self, document: Document, cursor: int | None) -> None:
         """A document changed (its edits recorded in :attr:`history`), leaving the cursor at ``cursor``
         (code points; ``None``: unknown): compute its rewrite prompt once the edit burst ends."""
+        self._ready.pop(document.uri, None)
         self.ahead.changed(document, cursor)
+
+    def ready(self, request: CompletionRequest, rewrite: Rewrite) -> None:
+        """A suggestion written ahead (``nextEditSuggestAhead``) for the document as it is: keep it for the
+        request that follows in its region, and tell the client (``speclsp/nextEditReady``, params
+        ``{"textDocument": {"uri", "version"}, "position"}``: where to ask)."""
+        self._ready[request.uri] = NextEdit(request.document, rewrite, 0.0)
+        if self.notify is None:
+            return
+        position = request.document.lines.position_at(request.offset, codec_for(self.pipeline.position_encoding))
+        try:
+            self.notify(READY_METHOD, {"textDocument": {"uri": request.uri, "version": request.document.version},
+                                       "position": {"line": position.line, "character": position.character}})
+        except Exception:  # noqa: BLE001 - a closed transport must not fail the event loop
+            log.debug("could not send %s", READY_METHOD, exc_info=True)
 
     async def next_edit(self, uri: str, position: types.Position) -> NextEdit | None:
         """A next-edit suggestion at ``position``; ``None`` when there is nothing to suggest (models not
@@ -68,6 +93,13 @@ class NextEditService:
         request, span = pipeline.begin(NEXT_EDIT, uri, position)
         if pipeline.refused(request, span, "suggestion") or not pipeline.ready(span):
             return None
+        written = self._ready.pop(uri, None)
+        if written is not None and written.document.text == request.document.text and \
+                written.rewrite.prompt.region_start <= request.offset <= written.rewrite.prompt.region_end:
+            span.done("ok: written ahead", written.rewrite, 0.0)
+            answer = NextEdit(request.document, written.rewrite, span.elapsed_ms)
+            self._last[uri] = answer
+            return answer
         diffs = self.history.diffs(uri, file_name(uri))  # a snapshot, taken on the event loop (the model sees the name)
         try:
             ran = await pipeline.run(request, span, ModelSession.rewrite, diffs)
@@ -107,3 +139,4 @@ class NextEditService:
         self.history.forget(uri)
         self.ahead.forget(uri)
         self._last.pop(uri, None)
+        self._ready.pop(uri, None)

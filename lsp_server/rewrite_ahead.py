@@ -13,12 +13,20 @@ new change cancels the timer or the prefill (it is in the pipeline's in-flight t
 It computes what the request would compute (the same prompt), so exactness is the request's; what it
 can waste is one prompt's prefill for a suggestion never asked for. The ``nextEditPrefill`` setting turns
 it off.
+
+With ``nextEditSuggestAhead`` (opt-in), the rewrite itself runs there (its prefill included), stopping as
+soon as other work queues or a change comes; a finished rewrite with edits, for a document still as it
+was, goes to ``on_ready`` (:meth:`lsp_server.next_edit_service.NextEditService.ready`: kept, and the
+editor told ``speclsp/nextEditReady``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections.abc import Callable
+from dataclasses import replace
 
 from lsp_server.pipeline import RequestPipeline
 from lsp_server.request import resolve_request
@@ -37,12 +45,33 @@ SETTLED_S = COALESCE_S  # no change for this long (seconds): the edit burst has 
 CODE_POINTS = codec_for("utf-32")
 
 
-class RewritesAhead:
-    """See the module docstring. Event loop only."""
+class _Yielding:
+    """A request's cancellation flag that also reads as set while other work waits for the model thread."""
 
-    def __init__(self, pipeline: RequestPipeline, history: EditHistories, settled_s: float = SETTLED_S):
+    def __init__(self, has_waiting: Callable[[], bool]):
+        self._event = threading.Event()
+        self._has_waiting = has_waiting
+
+    def is_set(self) -> bool:
+        return self._event.is_set() or self._has_waiting()
+
+    def set(self) -> None:
+        self._event.set()
+
+
+class RewritesAhead:
+    """See the module docstring. Event loop only.
+
+    Args:
+        on_ready: ``on_ready(request, rewrite)``: a rewrite written ahead (``nextEditSuggestAhead``), finished,
+            with edits, for a document unchanged since.
+    """
+
+    def __init__(self, pipeline: RequestPipeline, history: EditHistories, on_ready: Callable | None = None,
+                 settled_s: float = SETTLED_S):
         self.pipeline = pipeline
         self.history = history
+        self.on_ready = on_ready
         self.settled_s = settled_s
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
@@ -50,7 +79,8 @@ class RewritesAhead:
         """A document changed, leaving the cursor at ``cursor`` (code points into ``document.text``;
         ``None``: unknown, nothing is computed); a running prefill stops."""
         self.forget(document.uri)
-        if cursor is None or not self.pipeline.settings_ref().next_edit_prefill:
+        settings = self.pipeline.settings_ref()
+        if cursor is None or not (settings.next_edit_prefill or settings.next_edit_suggest_ahead):
             return
         try:
             loop = asyncio.get_running_loop()
@@ -73,11 +103,32 @@ class RewritesAhead:
         diffs = self.history.diffs(uri, file_name(uri))
         worker = pipeline.worker
         try:
-            pipeline.worker.run(ModelSession.prefill_rewrite, request, diffs,
-                                should_stop=lambda: request.cancelled.is_set() or worker.has_waiting())
+            if settings.next_edit_suggest_ahead:
+                request = replace(request, cancelled=_Yielding(worker.has_waiting))
+                job = worker.run(ModelSession.rewrite, request, diffs)
+                loop = asyncio.get_running_loop()
+                job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._written, request, done))
+            else:
+                worker.run(ModelSession.prefill_rewrite, request, diffs,
+                           should_stop=lambda: request.cancelled.is_set() or worker.has_waiting())
         except RuntimeError:  # unloaded meanwhile
             return
         pipeline.track(request)
+
+    def _written(self, request, job) -> None:
+        """A rewrite written ahead has ended: hand it on when it is finished, has edits and still applies."""
+        self.pipeline.untrack(request)
+        if job.cancelled() or job.exception() is not None:
+            if not job.cancelled():
+                log.warning("a next edit written ahead failed: %s", job.exception())
+            return
+        rewrite = job.result()
+        current = self.pipeline.store.get(request.uri)
+        if (rewrite is None or not rewrite.finished or not rewrite.edits
+                or current is None or current.version != request.document.version
+                or current.text != request.document.text or self.on_ready is None):
+            return
+        self.on_ready(request, rewrite)
 
     def forget(self, uri: str) -> None:
         """Cancel the timer and the prefill of ``uri`` (a newer change, or the document closed)."""

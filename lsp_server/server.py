@@ -158,7 +158,7 @@ class SpeclspServer(LanguageServer):
         self.status = StatusBoard(self._notify)
         self.pipeline = RequestPipeline(self.store, self.worker, self.tracer, self._current_settings, self.names,
                                         rpc=self._rpc, notify_user=self.show_message, on_done=self.status.request_done)
-        self.next_edits = NextEditService(self.pipeline)
+        self.next_edits = NextEditService(self.pipeline, self._notify)
         self.completions = CompletionService(self.pipeline, self.next_edits, self._repo)
         self.index = IndexService(self.pipeline.file_changed)
         self.pending_warnings = []

@@ -128,9 +128,18 @@ class Settings:
         "lines, for code models without one), sweep (Sweep's <|file_sep|> blocks), zeta (Zed's editable-region "
         "markers), zeta_chat (those inside the chat template), or auto: the one measured best for the model "
         "(docs/next-edit.md).", enum=["auto", "chat", "plain", "sweep", "zeta", "zeta_chat"])
+    next_edit_model: str = _setting(
+        "", "Next-edit suggestions: a model of their own, such as an edit-trained one (a .gguf file, a model "
+        "directory, a pack name, or a hub id, which is downloaded), loaded beside the completion models without a "
+        "draft model (the region and n-grams draft for it); set nextEditPromptFormat to the format it was "
+        "trained on. Empty: the completion target writes them. Local engine only.")
     next_edit_prefill: bool = _setting(
         True, "Next-edit suggestions: when an edit burst ends (1.5 s without a change), compute the rewrite prompt "
         "for the cursor in the background, so a suggestion asked for then starts from it. Exactness is unaffected.")
+    next_edit_suggest_ahead: bool = _setting(
+        False, "Next-edit suggestions: when an edit burst ends, also write the suggestion in the background and "
+        "show it once ready (the editor is told with speclsp/nextEditReady); a key or any other request stops "
+        "it. Costs model time for suggestions never looked at.")
     next_edit_max_new_tokens: int = _setting(512, "Next-edit suggestions: most tokens the model writes for the "
                                              "rewritten region.", minimum=1, maximum=8192)
     prefix_tokens: int = _setting(1024, "Prompt budget before the cursor (tokens).", minimum=1, maximum=32768)
@@ -186,7 +195,7 @@ class Settings:
         remote = None
         if self.backend != LOCAL:
             remote = RemoteConfig(self.endpoint, self.remote_model, self.api_key_env, self.remote_timeout_seconds)
-        return BackendConfig(self.backend, self.engine_config(), remote, self.completion_model)
+        return BackendConfig(self.backend, self.engine_config(), remote, self.completion_model, self.next_edit_model)
 
     def index_config(self) -> IndexConfig | None:
         """What the repository index depends on (``None``: no index); a change here re-indexes."""
@@ -336,8 +345,8 @@ def settings_from_flags(args, **overrides: Any) -> Settings:
 
 #: Settings that run or load code, write files or send code elsewhere: a workspace that is not trusted may
 #: not set them (VS Code's Restricted Mode ignores its workspace values; ``restrictedConfigurations``).
-RESTRICTED_SETTINGS = ("model", "draft_model", "trust_remote_code", "trace_file", "backend", "endpoint",
-                       "api_key_env", "remote_model")
+RESTRICTED_SETTINGS = ("model", "draft_model", "next_edit_model", "trust_remote_code", "trace_file", "backend",
+                       "endpoint", "api_key_env", "remote_model")
 #: The VS Code client's own settings of the same kind (the command that starts the server).
 RESTRICTED_CLIENT_SETTINGS = ("speclsp.server.command", "speclsp.server.pythonPath")
 

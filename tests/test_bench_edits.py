@@ -108,13 +108,7 @@ ADD_PARAMETER_SOURCE = textwrap.dedent('''\
 
 def test_add_parameter_passes_the_new_parameter_through_matching_calls_only(tmp_path):
     path = write(tmp_path, "tree.py", ADD_PARAMETER_SOURCE)
-    definition, call_side = edit_cases([path], 50, 0, workloads=("add_parameter",))["add_parameter"]
-    if definition.source.endswith(":5"):
-        definition, call_side = call_side, definition
-    # from the calls' side: the first call of depth gets the argument, the later ones with one argument follow
-    assert call_side.source.endswith("/tree.py:5") and call_side.edited.splitlines()[4].endswith("self.depth(node.left, context)")
-    assert call_side.expected == ADD_PARAMETER_SOURCE.replace("(node.left)", "(node.left, context)").replace(
-        "(node.right)", "(node.right, context)").replace("(self.root)", "(self.root, context)")
+    (definition,) = edit_cases([path], 50, 0, workloads=("add_parameter",))["add_parameter"]
     case = definition
     assert case.edited.splitlines()[1] == "    def depth(self, node, context):"
     assert case.expected == ADD_PARAMETER_SOURCE.replace("def depth(self, node)", "def depth(self, node, context)").replace(
@@ -133,6 +127,21 @@ def test_add_parameter_follows_calls_in_the_region_only(tmp_path):
     assert len(case.followups) == 2  # the class no longer fits a region: only the recursive calls are in depth's
     assert [c for c in edit_cases([path], 50, 0, region_lines=0, workloads=("add_parameter",))["add_parameter"]
             if c.source.endswith(":2")] == []
+
+
+def test_add_parameter_from_the_calls_side_has_the_signature_change_as_a_prior_edit(tmp_path):
+    source = ("def scale(values, factor):\n    return [v * factor for v in values]\n" + "\n" * 30 +
+              "def main(a, b):\n    x = scale(a, 2)\n    y = scale(b, 3)\n    z = scale(a, b, 4)\n    return x, y, z\n")
+    path = write(tmp_path, "far.py", source)
+    (case,) = edit_cases([path], 50, 0, workloads=("add_parameter",))["add_parameter"]
+    assert case.prior and case.edited.startswith("def scale(values, factor, context):")
+    assert "x = scale(a, 2, context)" in case.edited and "y = scale(b, 3)\n" in case.edited
+    assert case.cursor == case.edited.index("2, context)") + len("2, context")
+    # the call with another argument count is left alone
+    assert case.expected == case.edited.replace("scale(b, 3)", "scale(b, 3, context)")
+    start = case.edited.index("def main")
+    assert case.expected_region(start, len(case.edited)) == (case.expected[start:], 1)
+    assert case.before_user.startswith("def scale(values, factor, context):") and "x = scale(a, 2)" in case.before_user
 
 
 def test_add_parameter_goes_before_the_defaults_and_calls_may_pass_keywords(tmp_path):

@@ -63,3 +63,25 @@ def test_target_keeps_one_backend_and_draft_without_a_draft_model_falls_back_to_
     assert not isinstance(load_backend(BackendConfig(engine=alone, completion_model="draft")), dict)  # a warning
     with pytest.raises(ValueError, match="unknown completion model"):
         load_backend(BackendConfig(engine=STARTER, completion_model="small"))
+
+
+def test_a_next_edit_model_of_its_own_writes_next_edits_without_a_draft_model():
+    """``nextEditModel``: a stand-in (the starter target, named by its directory) loads beside the pair."""
+    from decoding.starter import TARGET_DIR
+
+    backends = load_backend(BackendConfig(engine=STARTER, next_edit_model=str(TARGET_DIR)))
+    completion, next_edit = backends[ROLE_COMPLETION].engine, backends[ROLE_NEXT_EDIT].engine
+    assert completion.target.name == "starter" and completion.draft.name == "starter-draft"
+    assert next_edit is not completion and next_edit.draft is None
+    assert next_edit.target.model is not completion.target.model  # its own weights
+    assert ModelSession(backends).describe().next_edit.endswith("draft=none")
+    # with completionModel draft, the draft writes completions and the next-edit model next edits
+    both = load_backend(BackendConfig(engine=STARTER, completion_model="draft", next_edit_model=str(TARGET_DIR)))
+    assert both[ROLE_COMPLETION].engine.target.name == "starter-draft" and both[ROLE_NEXT_EDIT].engine.draft is None
+    # the rewrite of that engine drafts from the region and is its own plain greedy output
+    prompt = next_edit.tokenizer.encode("# region:\ndef add(a, b):\n    return a + b\n# end of region\n# region:\n")
+    draft = next_edit.tokenizer.encode("def add(a, b):\n    return a + b\n# end of region")
+    config = GenerationConfig(max_new_tokens=30)
+    plain = next_edit.rewrite(prompt, draft, config, "none", cache_key="plain")
+    drafted = next_edit.rewrite(prompt, draft, config, "auto", cache_key="auto")
+    assert drafted.token_ids == plain.token_ids and drafted.stats.target_passes < plain.stats.target_passes

@@ -89,3 +89,60 @@ async def test_the_check_can_fail_the_same_edit_with_the_setting_on_computes_it(
     await _settled(worker)
     assert len(prefills(session)) == 1
     worker.shutdown()
+
+
+def written_rewrite(request):
+    """A finished rewrite with one edit over the first line (what the fake session answers)."""
+    from decoding.types import FinishReason, Generation, GenerationStats
+    from lsp_server.completer import Rewrite
+    from lsp_server.rewrite_prompt import RewritePrompt
+
+    prompt = RewritePrompt([1], [1], 0, 14, "", "```", True)
+    return Rewrite(prompt, Generation([1], "", FinishReason.STOP, GenerationStats()), "def add(x, b):", [(8, 9, "x")])
+
+
+def setup_suggesting(on_rewrite=written_rewrite):
+    settings = replace(Settings(), next_edit_suggest_ahead=True)
+    worker, (session,) = _fake_worker(on_rewrite=on_rewrite)
+    store = _opened()
+    sent = []
+    pipeline, _, next_edits = services(store, worker, settings_ref=lambda: settings)
+    next_edits.notify = lambda method, params: sent.append((method, params))
+    next_edits.ahead.settled_s = SETTLED_S
+    return worker, session, store, next_edits, sent
+
+
+async def test_with_suggest_ahead_the_rewrite_is_written_the_editor_told_and_the_request_answered_with_it():
+    worker, session, store, next_edits, sent = setup_suggesting()
+    document = edit(store, next_edits, 2, "x", types.Position(line=0, character=9))
+    await asyncio.sleep(SETTLED_S * 2)
+    await _settled(worker)
+    await asyncio.sleep(0.05)  # the done callback comes back to the event loop
+    assert [name for name in session.names() if name in ("rewrite", "prefill_rewrite")] == ["rewrite"]
+    (method, params), = sent
+    assert method == "speclsp/nextEditReady"
+    assert params == {"textDocument": {"uri": URI, "version": document.version},
+                      "position": {"line": 0, "character": 10}}
+    answer = await next_edits.next_edit(URI, types.Position(line=0, character=10))
+    assert answer.rewrite.edits == [(8, 9, "x")]
+    assert session.names().count("rewrite") == 1  # answered with the one written ahead, not computed again
+    await next_edits.next_edit(URI, types.Position(line=0, character=10))
+    assert session.names().count("rewrite") == 2  # it answers once: the next request computes its own
+    worker.shutdown()
+
+
+async def test_a_change_while_it_is_written_drops_it_and_nothing_is_announced():
+    import threading
+
+    gate = threading.Event()  # the model thread writes until the test lets it finish
+    worker, session, store, next_edits, sent = setup_suggesting(lambda request: gate.wait(5) and written_rewrite(request))
+    edit(store, next_edits, 2, "x", types.Position(line=0, character=9))
+    await asyncio.sleep(SETTLED_S * 1.5)
+    assert session.names().count("rewrite") == 1  # started, still writing
+    edit(store, next_edits, 3, "y", types.Position(line=0, character=10))  # a key while it writes
+    next_edits.ahead.forget(URI)  # no second burst end in this test
+    gate.set()
+    await _settled(worker)
+    await asyncio.sleep(0.05)
+    assert sent == [] and next_edits._ready == {}
+    worker.shutdown()

@@ -12,13 +12,17 @@
   ``auto`` takes the installed Qwen2.5-Coder pack's (the 1.5B's, else the 0.5B's: one tokenizer for the
   whole family). Without it the backend does not start (a clear error): a character budget would not
   know the model's FIM tokens, and a prompt in another format would get poor completions.
+
+``next_edit_model`` (local only): next edits are written by a model of their own (an edit-trained model, in
+the prompt format of ``nextEditPromptFormat``), loaded as a target without a draft model: the region
+and the n-gram store draft for it, and its output is exactly its own greedy (or sampled) output.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from decoding.types import EngineConfig
 from lsp_server.backends.base import (
@@ -44,6 +48,7 @@ class BackendConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)  # the local models; for a remote backend, ``model`` names the tokenizer
     remote: RemoteConfig | None = None  # for a remote backend
     completion_model: str = "target"  # local: auto, target or draft (see the module docstring)
+    next_edit_model: str = ""  # local: a model of next edits' own, loaded beside the pair ("": the pair's)
 
 
 def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str], None] | None = None):
@@ -73,11 +78,17 @@ def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str],
             log.warning("completionModel 'draft' needs a draft model and none is loaded: %s writes inline "
                         "completions", engine.target.name)
             by_draft = False
-        if not by_draft:
-            return LocalBackend(engine)
-        return {ROLE_COMPLETION: LocalBackend(engine.draft_as_target()), ROLE_NEXT_EDIT: LocalBackend(engine)}
+        completion = LocalBackend(engine.draft_as_target() if by_draft else engine)
+        next_edit = LocalBackend(engine) if by_draft else None
+        if config.next_edit_model:
+            next_edit = LocalBackend(Engine.load(replace(config.engine, model=config.next_edit_model, draft_model="none"),
+                                                 on_stage))
+        return completion if next_edit is None else {ROLE_COMPLETION: completion, ROLE_NEXT_EDIT: next_edit}
     if config.kind not in BACKENDS:
         raise ValueError(f"unknown backend {config.kind!r}; use one of {', '.join(BACKENDS)}")
+    if config.next_edit_model:
+        log.warning("nextEditModel is for the local engine; with the %s backend the remote engine writes next "
+                    "edits", config.kind)
     if config.remote is None or not config.remote.endpoint:
         raise ValueError(f"backend {config.kind!r} needs an endpoint (speclsp.endpoint: the remote engine's URL)")
     return _load_remote(config.kind, config.remote, config.engine, on_stage)

@@ -8,7 +8,9 @@ n-th answer (the last one repeats): ``null`` or ``{"edits": [...], "range": ...,
 the stub adds ``version`` (the document's version as the client last reported it) and ``stats``. With
 ``delay_s`` each answer waits that long, and a ``$/cancelRequest`` for it in the meantime gets the
 RequestCancelled error instead. ``"inline"`` (optional): the item every ``textDocument/inlineCompletion``
-gets (``{"items": [ITEM]}``; without it, no items). Every message received is appended to ``LOG.jsonl``, with the
+gets (``{"items": [ITEM]}``; without it, no items). ``"ready_lag"`` (optional, an int): after each
+``didChange`` the stub sends ``speclsp/nextEditReady`` for the document's version minus ``ready_lag`` (0: as
+it is; 1: a version the client has left), at ``{"line": 0, "character": 4}``. Every message received is appended to ``LOG.jsonl``, with the
 document's text after each change, so a test can see what the client sent.
 """
 
@@ -25,6 +27,7 @@ class Stub:
     def __init__(self, script: dict, log_path: str):
         self.answers = script["answers"]
         self.inline = script.get("inline")
+        self.ready_lag = script.get("ready_lag")
         self.delay_s = float(script.get("delay_s", 0))
         self.log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - open for the process's life
         self.documents: dict[str, dict] = {}  # uri -> {"text", "version"}
@@ -81,6 +84,11 @@ class Stub:
             self.documents[item["uri"]] = {"text": item["text"], "version": item["version"]}
         elif method == "textDocument/didChange":
             self.change(message["params"])
+            if self.ready_lag is not None:
+                uri = message["params"]["textDocument"]["uri"]
+                version = self.documents[uri]["version"] - self.ready_lag
+                self.send({"method": "speclsp/nextEditReady", "params": {
+                    "textDocument": {"uri": uri, "version": version}, "position": {"line": 0, "character": 4}}})
         elif method == "$/cancelRequest":
             self.cancelled.add(message["params"]["id"])
         elif method == "speclsp/nextEdit":

@@ -26,10 +26,11 @@ STUB = Path(__file__).resolve().parent / "stub_lsp.py"
 class Session:
     """A Neovim with the plugin started on the stub server and ``EDITED`` open."""
 
-    def __init__(self, nvim, tmp_path: Path, answers: list, delay_s: float = 0.0, inline: dict | None = None):
+    def __init__(self, nvim, tmp_path: Path, answers: list, delay_s: float = 0.0, inline: dict | None = None,
+                 ready_lag: int | None = None):
         self.nvim, self.log_path = nvim, tmp_path / "stub.jsonl"
         script = tmp_path / "script.json"
-        script.write_text(json.dumps({"answers": answers, "delay_s": delay_s, "inline": inline}))
+        script.write_text(json.dumps({"answers": answers, "delay_s": delay_s, "inline": inline, "ready_lag": ready_lag}))
         path = tmp_path / "area.py"
         path.write_text(EDITED, encoding="utf-8")
         nvim.exec_lua("require('speclsp').setup({ cmd = ... })",
@@ -194,3 +195,21 @@ def test_an_inline_item_replacing_text_right_of_the_cursor_marks_it_and_accept_r
     wait_for(nvim, "not require('speclsp').visible()", timeout=10)
     assert session.lines()[row] == line[:start] + NEW + line[start + len(OLD):]
     assert session.lines()[:row] == EDITED.split("\n")[:row]
+
+
+@pytest.mark.parametrize("ready_lag", [0, 1])
+def test_a_suggestion_written_ahead_is_previewed_for_the_buffer_as_it_is_only(nvim, tmp_path, ready_lag):
+    session = Session(nvim, tmp_path, [ANSWER], ready_lag=ready_lag)
+    # an edit away from the suggestion, then back: the buffer reads EDITED again at a newer version
+    nvim.command("normal! Gox")
+    nvim.command("normal! dd")
+    session.wait_logged(lambda m: m.get("method") == "textDocument/didChange"
+                        and m["params"]["textDocument"]["version"] >= 3)
+    if ready_lag == 0:  # the server's notice for the current version: the plugin asks, and shows the answer
+        wait_for(nvim, "require('speclsp.next_edit').visible()", timeout=30)
+        assert session.wait_logged(lambda m: m.get("method") == "speclsp/nextEdit")
+        assert "\n".join(session.lines()) + "\n" == EDITED  # previewing never edits
+    else:  # a notice for a version the buffer has left: nothing asked, nothing shown
+        time.sleep(1.0)
+        assert not [m for m in session.logged() if m.get("method") == "speclsp/nextEdit"]
+        assert not nvim.exec_lua("return require('speclsp.next_edit').visible()")

@@ -192,10 +192,11 @@ def test_the_extension_runs_in_restricted_mode_without_the_workspaces_command_or
     assert options["model"] == "starter"
 
 
-def stub_server(tmp_path: Path) -> list[str]:
-    """The stub server's command, answering every next-edit request with the rename."""
+def stub_server(tmp_path: Path, ready_lag: int | None = None) -> list[str]:
+    """The stub server's command, answering every next-edit request with the rename (and, with
+    ``ready_lag``, announcing a suggestion written ahead after each change: see stub_lsp.py)."""
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({"answers": [ANSWER], "delay_s": 0}))
+    script.write_text(json.dumps({"answers": [ANSWER], "delay_s": 0, "ready_lag": ready_lag}))
     return [sys.executable, str(STUB), str(script), str(tmp_path / "stub.jsonl")]
 
 
@@ -230,6 +231,21 @@ def test_next_edit_escape_dismisses_and_leaves_the_file_unchanged(open_workbench
     lines = bench.lines()
     assert [lines[n] for n in range(1, EDITED.count("\n"))] == EDITED.splitlines()[1:]
     assert (bench.folder / "area.py").read_text() == EDITED  # nothing saved, nothing applied
+
+
+def test_a_suggestion_written_ahead_is_previewed_without_asking_and_tab_applies_it(open_workbench, tmp_path):
+    bench = open_workbench({"area.py": EDITED}, server=stub_server(tmp_path, ready_lag=0))
+    bench.open_file("area.py")
+    wait_for(lambda: bench.messages("textDocument/didOpen"), 30, "the document to reach the server")
+    bench.go_to(1, 5)
+    bench.type("x")
+    bench.press("Backspace")  # the file reads as it was; the server announces a suggestion for this version
+    struck = wait_for(lambda: bench.struck_text(), 30, "the preview of the suggestion written ahead")
+    assert struck == [OLD] * len(ANSWER["edits"]) and len(bench.messages("speclsp/nextEdit")) >= 1
+    bench.press("Tab")
+    wait_for(lambda: not bench.struck_text(), 10, "the preview to go after Tab")
+    bench.press("Control+s")
+    wait_for(lambda: (bench.folder / "area.py").read_text() == EXPECTED, 20, "the save of the renamed function")
 
 
 def test_the_status_bar_opens_the_server_log_with_a_line_per_request(open_workbench):

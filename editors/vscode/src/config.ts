@@ -44,6 +44,8 @@ export const SERVER_SETTINGS = [
   "nextEditRegionLines",
   "nextEditPromptFormat",
   "nextEditPrefill",
+  "nextEditSuggestAhead",
+  "nextEditModel",
   "nextEditMaxNewTokens",
 ] as const;
 

@@ -15,6 +15,7 @@ import {
 } from "vscode-languageclient/node";
 
 import { needsRestart, resolveServerCommand, serverSettings } from "./config";
+import { NEXT_EDIT_READY_METHOD, NextEditReady } from "./nextEdit";
 import { NextEditPreview } from "./nextEditView";
 import { ServerStatus, statusView } from "./statusText";
 
@@ -23,6 +24,7 @@ const STATUS_METHOD = "speclsp/status";
 
 let client: LanguageClient | undefined;
 let statusItem: vscode.StatusBarItem;
+let preview: NextEditPreview | undefined;
 
 function readSetting(key: string): unknown {
   return vscode.workspace.getConfiguration(SECTION).get(key);
@@ -76,6 +78,7 @@ async function start(context: vscode.ExtensionContext): Promise<void> {
   const started = client;
   context.subscriptions.push(
     started.onNotification(STATUS_METHOD, (status: ServerStatus) => showStatus(status)),
+    started.onNotification(NEXT_EDIT_READY_METHOD, (ready: NextEditReady) => void preview?.ready(ready)),
     started.onDidChangeState((event) => {
       if (event.newState === State.Stopped) {
         showStatus({ state: "stopped", message: "server stopped; run 'speclsp: Restart Server'" });
@@ -96,7 +99,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   statusItem.command = "speclsp.showTrace";
   context.subscriptions.push(
     statusItem,
-    new NextEditPreview(() => client),
+    (preview = new NextEditPreview(() => client)),
     vscode.commands.registerCommand("speclsp.showTrace", () => {
       client?.outputChannel.show(true);
     }),

@@ -14,6 +14,20 @@ export const NEXT_EDIT_VISIBLE = "speclsp.nextEditVisible";
 
 export const NEXT_EDIT_METHOD = "speclsp/nextEdit";
 
+/** Server to client: a suggestion written ahead (setting `nextEditSuggestAhead`) is ready at `position`. */
+export const NEXT_EDIT_READY_METHOD = "speclsp/nextEditReady";
+
+export interface NextEditReady {
+  textDocument: { uri: string; version: number };
+  position: LspPosition;
+}
+
+/** Whether a ready suggestion is for the document the user sees, as it is now, with no preview or request in the way. */
+export function showsReady(ready: NextEditReady, activeUri: string | undefined, activeVersion: number | undefined,
+                           busy: boolean): boolean {
+  return !busy && activeUri === ready.textDocument.uri && activeVersion === ready.textDocument.version;
+}
+
 export interface LspPosition {
   line: number; // 0-based
   character: number; // UTF-16 code units

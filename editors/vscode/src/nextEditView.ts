@@ -13,8 +13,10 @@ import {
   NEXT_EDIT_COMMANDS,
   NEXT_EDIT_METHOD,
   NEXT_EDIT_VISIBLE,
+  NextEditReady,
   NextEditResult,
   isCurrent,
+  showsReady,
   previewPlan,
   sortedEdits,
   summary,
@@ -55,6 +57,20 @@ export class NextEditPreview implements vscode.Disposable {
       }),
       vscode.window.onDidChangeActiveTextEditor(() => this.dismiss()),
     ];
+  }
+
+  /** The server wrote a suggestion ahead (`speclsp/nextEditReady`): preview it while the user still sees
+   * that document as it was, and nothing else is shown or asked (the request is answered from it at once). */
+  async ready(ready: NextEditReady): Promise<void> {
+    const client = this.client();
+    const editor = vscode.window.activeTextEditor;
+    if (client === undefined || editor === undefined) {
+      return;
+    }
+    const uri = client.code2ProtocolConverter.asUri(editor.document.uri);
+    if (showsReady(ready, uri, editor.document.version, this.shown !== undefined || this.pending !== undefined)) {
+      await this.request();
+    }
   }
 
   /** Ask for the next edit at the active editor's cursor (cancelling a request in flight) and preview it. */

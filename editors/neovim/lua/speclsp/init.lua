@@ -378,6 +378,23 @@ local function handlers()
     ["speclsp/status"] = function(_, result)
       state.status = result
     end,
+    -- A suggestion written ahead (server setting nextEditSuggestAhead): preview it when the user still
+    -- sees that buffer at that version and no preview or request is in the way; the request that
+    -- shows it is answered from the one written.
+    ["speclsp/nextEditReady"] = function(_, result, ctx)
+      vim.schedule(function()
+        local bufnr = vim.api.nvim_get_current_buf()
+        local ready = result and result.textDocument
+        if not ready or vim.uri_from_bufnr(bufnr) ~= ready.uri or next_edit.visible() or next_edit.pending()
+            or vim.lsp.util.buf_versions[bufnr] ~= ready.version then
+          return
+        end
+        local c = vim.lsp.get_client_by_id(ctx.client_id)
+        if c and vim.lsp.buf_is_attached(bufnr, c.id) then
+          next_edit.request(c, state.config.next_edit)
+        end
+      end)
+    end,
     ["window/logMessage"] = function(err, result, ctx, config)
       if result and result.message then
         push_log(result.message)

@@ -12,6 +12,7 @@ import {
   insertionLabel,
   isCurrent,
   previewPlan,
+  showsReady,
   summary,
 } from "../nextEdit";
 
@@ -107,4 +108,13 @@ test("package.json contributes the next-edit commands, with keys only while a pr
   }
   const accept = keybindings.find((k) => k.command === NEXT_EDIT_COMMANDS.accept)!;
   assert.match(accept.when, /!inlineSuggestionVisible/); // Tab still accepts a shown inline completion
+});
+
+test("a suggestion written ahead is shown only for the document the user sees, at its version, when nothing else is", () => {
+  const ready = { textDocument: { uri: "file:///w/a.py", version: 7 }, position: { line: 0, character: 3 } };
+  assert.equal(showsReady(ready, "file:///w/a.py", 7, false), true);
+  assert.equal(showsReady(ready, "file:///w/a.py", 8, false), false); // typed since
+  assert.equal(showsReady(ready, "file:///w/b.py", 7, false), false); // another editor
+  assert.equal(showsReady(ready, undefined, undefined, false), false);
+  assert.equal(showsReady(ready, "file:///w/a.py", 7, true), false); // a preview or a request in the way
 });
