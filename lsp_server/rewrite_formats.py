@@ -61,6 +61,7 @@ class RewriteParts:
     after: str  # the file after the region (starts with the region's last line break or is empty)
     original_region: str  # the region before the latest edit
     cursor: int  # code points into ``region`` (clamped to it)
+    draft_region: str = ""  # what the rewrite is drafted from ("": the region)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class Rendered:
     draft_ids: list[int]  # the region's tokens, then the end marker's
     end_marker: str  # a stop string after the region ("" where a special token ends it)
     trailing_break: bool  # the answer ends with a line break of the format's, not the region's
+
+
+def _draft(p: RewriteParts) -> str:
+    return p.draft_region or p.region
 
 
 def encode(tokenizer, text: str, split_special: bool = True) -> list[int]:
@@ -108,7 +113,7 @@ def _chat_format(tokenizer, p: RewriteParts) -> Rendered:
     user = (f"The file {p.name}:\n```{p.language}\n{p.before}{p.region}{p.after}\n```\n\nRecent edits to {p.name}:\n"
             f"```diff\n{edits}\n```\n\nThe region:\n```{p.language}\n{p.region}\n```\n\n{INSTRUCTION}")
     ids = _chat(tokenizer, user, f"```{p.language}\n", SYSTEM_PROMPT)
-    return Rendered(ids, encode(tokenizer, p.region + CHAT_END_MARKER), CHAT_END_MARKER, False)
+    return Rendered(ids, encode(tokenizer, _draft(p) + CHAT_END_MARKER), CHAT_END_MARKER, False)
 
 
 def _plain_format(tokenizer, p: RewriteParts) -> Rendered:
@@ -117,7 +122,7 @@ def _plain_format(tokenizer, p: RewriteParts) -> Rendered:
     marker = f"\n{c} end of region"
     text = (f"{p.before}{c} region:\n{p.region}{marker}{p.after}\n{c} Recent edits to {p.name}:\n{edit_lines}\n"
             f"{c} The region above, rewritten with the recent edits carried through it:\n{c} region:\n")
-    return Rendered(encode(tokenizer, text), encode(tokenizer, p.region + marker), marker, False)
+    return Rendered(encode(tokenizer, text), encode(tokenizer, _draft(p) + marker), marker, False)
 
 
 def _sweep_format(tokenizer, p: RewriteParts) -> Rendered:
@@ -129,7 +134,7 @@ def _sweep_format(tokenizer, p: RewriteParts) -> Rendered:
     ids += [sep] + encode(tokenizer, f"original/{p.name}\n{p.original_region}\n")
     ids += [sep] + encode(tokenizer, f"current/{p.name}\n{p.region}\n")
     ids += [sep] + encode(tokenizer, f"updated/{p.name}\n")
-    return Rendered(ids, encode(tokenizer, p.region + "\n") + [sep], "", True)
+    return Rendered(ids, encode(tokenizer, _draft(p) + "\n") + [sep], "", True)
 
 
 def _zeta_user(p: RewriteParts) -> str:
@@ -146,7 +151,7 @@ def _zeta_format(tokenizer, p: RewriteParts, chat: bool) -> Rendered:
     else:
         text = f"### Instruction:\n{ZETA_INSTRUCTION}\n\n{_zeta_user(p)}### Response:\n\n{REGION_START}\n"
         ids = encode(tokenizer, text)
-    return Rendered(ids, encode(tokenizer, p.region + marker), marker, False)
+    return Rendered(ids, encode(tokenizer, _draft(p) + marker), marker, False)
 
 
 def render(prompt_format: str, tokenizer, parts: RewriteParts) -> Rendered:

@@ -4,7 +4,8 @@ The region is ``region_lines`` whole lines around the cursor (a quarter of them 
 tree-sitter knows the language (:func:`lsp_server.syntax.enclosing_definitions`), the outermost
 definition around the cursor that fits in ``region_lines`` lines; when none fits, the window stays
 inside the innermost one. The model rewrites the region with the recent edits carried through it, and
-the original region is the draft (``draft_ids``: its tokens, then the end marker's).
+the region is the draft (``draft_ids``: its tokens, then the end marker's), with a rename the latest
+edit shows carried through it (:func:`predicted_region`).
 
 The format (:mod:`lsp_server.rewrite_formats`) is the ``nextEditPromptFormat`` setting; ``auto`` picks the
 one measured best for the model (:data:`DEFAULT_FORMATS`, by ``speclsp bench edits`` on its development
@@ -17,6 +18,7 @@ The model sees ``\\n`` line breaks; offsets are code points into the document's 
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass
 
 from decoding.capabilities import ModelCapabilities
@@ -97,6 +99,39 @@ def original_region(region: str, diffs) -> str:
     return region.replace(updated, original) if updated and region.count(updated) == 1 else region
 
 
+_WORD = re.compile(r"\w+")
+
+
+def renamed_word(diffs) -> tuple[str, str] | None:
+    """(old, new) when the latest edit replaced one identifier by another and changed nothing else on
+    its lines (a rename, a keyword renamed, a typo fixed); else None."""
+    if not diffs:
+        return None
+    original, updated = split_diff(diffs[-1])
+    old_words, new_words = _WORD.findall(original), _WORD.findall(updated)
+    if len(old_words) != len(new_words):
+        return None
+    pairs = {(a, b) for a, b in zip(old_words, new_words) if a != b}
+    if len(pairs) != 1:
+        return None
+    (old, new), = pairs
+    if not (old.isidentifier() and new.isidentifier()) or _WORD.sub(lambda m: new if m.group() == old else m.group(),
+                                                                      original) != updated:
+        return None
+    return old, new
+
+
+def predicted_region(region: str, diffs) -> str:
+    """The region as the rewrite will likely read (its draft): with a rename the latest edit shows
+    (:func:`renamed_word`) carried through its whole words; else the region. Only speed depends on it:
+    every drafted token is verified."""
+    renamed = renamed_word(diffs)
+    if renamed is None:
+        return region
+    old, new = renamed
+    return re.sub(rf"(?<![\w.]){re.escape(old)}\b", new, region)
+
+
 def choose_format(setting: str, capabilities: ModelCapabilities, model_name: str = "") -> str:
     """The prompt format for the ``nextEditPromptFormat`` setting and the loaded model.
 
@@ -150,7 +185,7 @@ def build_rewrite_prompt(document: Document, cursor_offset: int, history, tokeni
     before, after = _context(document, start, end)
     cursor = len(to_model_text(document.text[start:min(max(cursor_offset, start), end)]))
     parts = RewriteParts(name, document.language_id, line_comment(document.language_id), diffs, before, region, after,
-                         original_region(region, diffs), cursor)
+                         original_region(region, diffs), cursor, predicted_region(region, diffs))
     try:
         rendered = render(chosen, tokenizer, parts)
     except ValueError as exc:

@@ -44,12 +44,13 @@ def test_each_format_drafts_the_region_and_shows_the_edit(tokenizer, prompt_form
     assert "items" in rendered and "values, factor" in rendered  # the edit, before and after
     assert "import os" in rendered.split(region)[0]  # the file around the region comes first
     draft = tokenizer.decode(prompt.draft_ids, skip_special_tokens=False)
+    predicted = region.replace("in values", "in items")  # the rename carried through (the draft only)
     if prompt_format == "sweep":
-        assert draft == region + "\n" + FILE_SEP and prompt.trailing_break and prompt.end_marker == ""
+        assert draft == predicted + "\n" + FILE_SEP and prompt.trailing_break and prompt.end_marker == ""
         assert rendered.endswith(f"{FILE_SEP}updated/a.py\n")
         assert f"{FILE_SEP}original/a.py\n{region.replace('items', 'values')}\n{FILE_SEP}current/a.py\n{region}\n" in rendered
     else:
-        assert draft == region + prompt.end_marker and not prompt.trailing_break
+        assert draft == predicted + prompt.end_marker and not prompt.trailing_break
     if prompt_format.startswith("zeta"):
         assert rendered.endswith(f"{REGION_START}\n") and prompt.end_marker == f"\n{REGION_END}"
         assert f"def scale(items{CURSOR}, factor)" in rendered
@@ -78,3 +79,18 @@ def test_a_format_the_model_cannot_take_is_refused(tokenizer):
 
 def test_split_diff_gives_the_original_and_updated_lines():
     assert split_diff(DIFF + "\n  return 1") == ("def scale(values, factor):\n return 1", "def scale(items, factor):\n return 1")
+
+
+def test_a_rename_the_latest_edit_shows_shapes_the_draft_and_nothing_else_does(tokenizer):
+    from lsp_server.rewrite_prompt import predicted_region, renamed_word
+
+    assert renamed_word([DIFF]) == ("values", "items")
+    region = "def scale(items, factor):\n    for value in values:\n        out.values = values_2 + values\n"
+    assert predicted_region(region, [DIFF]) == (
+        "def scale(items, factor):\n    for value in items:\n        out.values = values_2 + items\n")
+    assert renamed_word([DIFF.replace("+def scale(items, factor):", "+def scale(items, factor, context):")]) is None
+    assert renamed_word([DIFF.replace("+def scale(items, factor):", "+def scale(items, scale):")]) is None  # two changed
+    assert renamed_word([]) is None and predicted_region(region, []) == region
+    prompt = prompt_for(tokenizer, RENAMED, "chat")
+    assert tokenizer.decode(prompt.draft_ids).startswith(prompt.region_text.replace("in values", "in items"))
+    assert "in values" in prompt.region_text  # the region itself is as the user left it
