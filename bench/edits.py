@@ -10,9 +10,10 @@ Each case goes through the server's own path: the user's edit is recorded in the
 (the rewrite prompt in each ``--formats``, the region as a draft, :meth:`decoding.engine.Engine.rewrite`,
 the minimal edits), from a cold cache: with plain greedy decoding (``none``, the reference; left out with
 ``--no-reference``) and with drafting (``--mode``, default ``auto``). With ``--ahead`` (the default) the
-drafted rewrite runs once more after the prompt was computed ahead as the server does when an edit
-burst ends (:func:`lsp_server.completer.prefill_rewrite`): its latency is what a request finds when it
-comes after that (``ready``). Those modules are imported only when the measurement runs. A case whose
+drafted rewrite runs once more as a request ``--ask-after`` seconds after the edit (default 2) finds it:
+after the server's background prefill of its prompt (:func:`lsp_server.completer.prefill_rewrite`) ran
+from the burst's end (:data:`lsp_server.rewrite_ahead.SETTLED_S` after the edit) until then (``ready``;
+the time of the prefill left out, as it is in the editor: only what remains is the request's). Those modules are imported only when the measurement runs. A case whose
 region holds none of the follow-ups, or cuts one in two, is skipped and counted.
 
 Reported per format, workload and mode (scores: :mod:`bench.edit_scoring`): the share of suggestions
@@ -110,6 +111,7 @@ def measure_case(engine, case: EditCase, args: argparse.Namespace, base_settings
     from bench.near_ties import parting
     from lsp_server import completer
     from lsp_server.backends.local import as_backend
+    from lsp_server.rewrite_ahead import SETTLED_S
 
     backend = as_backend(engine)
     rows, reference, expected = {}, None, None
@@ -119,8 +121,10 @@ def measure_case(engine, case: EditCase, args: argparse.Namespace, base_settings
                            next_edit_region_lines=args.region_lines, next_edit_max_new_tokens=args.max_new_tokens)
         history, request = _history_and_request(case, settings)
         engine.reset_caches()
-        if mode == "ready":
-            completer.prefill_rewrite(backend, request, history)
+        if mode == "ready":  # the background prefill's time between the burst's end and the request
+            budget_s = max(0.0, args.ask_after - SETTLED_S)
+            stop_at = time.perf_counter() + budget_s
+            completer.prefill_rewrite(backend, request, history, lambda: time.perf_counter() >= stop_at)
         started = time.perf_counter()
         result = completer.rewrite(backend, request, history)
         latency_ms = 1000 * (time.perf_counter() - started)
@@ -261,6 +265,9 @@ def add_parser(kinds) -> None:
                        help="leave out plain greedy decoding (no speedup or exactness check)")
     edits.add_argument("--no-ahead", dest="ahead", action="store_false",
                        help="leave out the run after the prompt was computed ahead (the ready latency)")
+    edits.add_argument("--ask-after", type=float, default=2.0,
+                       help="ready: the request comes this many seconds after the edit (the prompt's background "
+                            "prefill has run since the burst was taken to end, nextEditPrefill)")
     edits.add_argument("--cases", type=int, default=15, help="cases per workload")
     edits.add_argument("--region-lines", type=int, default=20, help="the rewritten region's size, as nextEditRegionLines")
     edits.add_argument("--max-new-tokens", type=int, default=512)

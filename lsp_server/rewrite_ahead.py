@@ -2,13 +2,15 @@
 
 A next-edit suggestion's time on a CPU is mostly the prefill of its ~1,000-token prompt, and that prompt
 is known as soon as the user stops editing: the region around the cursor, the file around it and the
-recent edits. So when a document with recent edits has had no change for ``SETTLED_S`` (the edit
-history's coalescing window: the burst is one edit by then), the rewrite prompt for the cursor the last
-change left is computed on the model thread (:meth:`lsp_server.session.ModelSession.prefill_rewrite`),
+recent edits. So when a document with recent edits has had no change for ``SETTLED_S`` (a pause; the
+edit history's coalescing window, 1.5 s, would leave most of the prefill to a request asked 2 s after
+the edit), the rewrite prompt for the cursor the last change left is computed on the model thread (:meth:`lsp_server.session.ModelSession.prefill_rewrite`),
 in small pieces that yield to any queued work, into the document's next-edit cache. A
 ``speclsp/nextEdit`` request for that cursor then finds its prompt computed but for the last token. A
 new change cancels the timer or the prefill (it is in the pipeline's in-flight table under
-``REWRITE_AHEAD``); a request that arrives while it runs queues behind its current piece.
+``REWRITE_AHEAD``), and the pieces fed stay cached: the prompt puts the file around the region first, so
+the next pause recomputes only from the region on. A request that arrives while it runs queues behind
+its current piece.
 
 It computes what the request would compute (the same prompt), so exactness is the request's; what it
 can waste is one prompt's prefill for a suggestion never asked for. The ``nextEditPrefill`` setting turns
@@ -32,7 +34,7 @@ from lsp_server.pipeline import RequestPipeline
 from lsp_server.request import resolve_request
 from lsp_server.session import ModelSession
 from lsp_server.workspace.documents import Document
-from lsp_server.workspace.edit_history import COALESCE_S, EditHistories
+from lsp_server.workspace.edit_history import EditHistories
 from lsp_server.workspace.file_rules import uri_looks_secret
 from lsp_server.workspace.names import file_name
 from lsp_server.workspace.positions import codec_for
@@ -41,7 +43,7 @@ from lsp_server.worker import READY
 log = logging.getLogger(__name__)
 
 REWRITE_AHEAD = "nextEditAhead"  # the in-flight method name of a prefill started when an edit burst ends
-SETTLED_S = COALESCE_S  # no change for this long (seconds): the edit burst has ended
+SETTLED_S = 0.5  # no change for this long (seconds): a pause, not the gap between two keys
 CODE_POINTS = codec_for("utf-32")
 
 

@@ -134,8 +134,8 @@ class Settings:
         "draft model (the region and n-grams draft for it); set nextEditPromptFormat to the format it was "
         "trained on. Empty: the completion target writes them. Local engine only.")
     next_edit_prefill: bool = _setting(
-        True, "Next-edit suggestions: when an edit burst ends (1.5 s without a change), compute the rewrite prompt "
-        "for the cursor in the background, so a suggestion asked for then starts from it. Exactness is unaffected.")
+        True, "Next-edit suggestions: when the user pauses after an edit (0.5 s without a change), compute the rewrite "
+        "prompt for the cursor in the background, so a suggestion asked for then starts from it. Exactness is unaffected.")
     next_edit_suggest_ahead: bool = _setting(
         False, "Next-edit suggestions: when an edit burst ends, also write the suggestion in the background and "
         "show it once ready (the editor is told with speclsp/nextEditReady); a key or any other request stops "

@@ -185,8 +185,8 @@ async def test_a_suggestion_asked_after_the_edit_burst_finds_its_prompt_computed
     at_once = await prefill_line(open_document(client, "decoder_now.py", text), "decoder_now.py", 0.0)
     computed = int(at_once.split("prefill_tokens=")[1].split()[0])
     assert computed > 100
-    # Asked after the burst settled (1.5 s) and the background prefill ran: only the last token is left.
-    later = await prefill_line(open_document(client, "decoder_later.py", text), "decoder_later.py", 1.5 + 3.0)
+    # Asked after the pause (0.5 s) and the background prefill ran: only the last token is left.
+    later = await prefill_line(open_document(client, "decoder_later.py", text), "decoder_later.py", 0.5 + 3.0)
     assert int(later.split("prefill_tokens=")[1].split()[0]) <= 1, later
     assert int(later.split("reused=")[1].split()[0]) >= computed - 1
 
