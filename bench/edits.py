@@ -143,7 +143,7 @@ def measure_case(engine, case: EditCase, args: argparse.Namespace, base_settings
                       "latency_ms": latency_ms, "prefill_ms": generation.stats.ms["prefill"],
                       "prompt_tokens": generation.stats.prefill_computed + generation.stats.prefill_reused,
                       "identical": generation.token_ids == reference, "parted": parted,
-                      "suggestion": result.text}
+                      "suggestion": result.text, "region": [prompt.region_start, prompt.region_end]}
     return rows
 
 

@@ -15,7 +15,8 @@ keeps its prefix through the next edit.
 * ``sweep``: the repository format of Sweep's next-edit models (blog.sweep.dev "oss-next-edit"): ``<|file_sep|>``
   blocks: the file, each recent edit as ``{path}.diff`` with ``original:`` / ``updated:`` parts, the region
   as ``original/{path}`` (before the latest edit), ``current/{path}``, then ``updated/{path}``; the answer
-  ends with the ``<|file_sep|>`` token. Needs the repository tokens (Qwen2.5-Coder's).
+  ends with the ``<|file_sep|>`` token (or a code fence, ``"\n```"``, which the instruct 1.5B writes
+  first). Needs the repository tokens (Qwen2.5-Coder's).
 * ``zeta`` / ``zeta_chat``: Zed's Zeta layout: the excerpt with the region between
   ``<|editable_region_start|>`` / ``<|editable_region_end|>`` and ``<|user_cursor_is_here|>`` at the
   cursor (plain text to our models), the edits, the answer the region between the markers (pre-filled
@@ -134,7 +135,8 @@ def _sweep_format(tokenizer, p: RewriteParts) -> Rendered:
     ids += [sep] + encode(tokenizer, f"original/{p.name}\n{p.original_region}\n")
     ids += [sep] + encode(tokenizer, f"current/{p.name}\n{p.region}\n")
     ids += [sep] + encode(tokenizer, f"updated/{p.name}\n")
-    return Rendered(ids, encode(tokenizer, _draft(p) + "\n") + [sep], "", True)
+    # An instruct model may close the block as in a chat answer: a code fence ends the region too.
+    return Rendered(ids, encode(tokenizer, _draft(p) + "\n") + [sep], CHAT_END_MARKER, True)
 
 
 def _zeta_user(p: RewriteParts) -> str:

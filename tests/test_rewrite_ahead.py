@@ -18,7 +18,7 @@ from tests.test_service import TEXT, URI, _fake_worker, _opened, _settled
 
 pytestmark = pytest.mark.unit
 
-SETTLED_S = 0.2  # the test's settle time (the server's is the edit history's 1.5 s window)
+SETTLED_S = 0.2  # the test's settle time (the server's: a 0.5 s pause)
 
 
 def edit(store, next_edits, version: int, text: str, at: types.Position, uri: str = URI):

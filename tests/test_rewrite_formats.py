@@ -46,7 +46,7 @@ def test_each_format_drafts_the_region_and_shows_the_edit(tokenizer, prompt_form
     draft = tokenizer.decode(prompt.draft_ids, skip_special_tokens=False)
     predicted = region.replace("in values", "in items")  # the rename carried through (the draft only)
     if prompt_format == "sweep":
-        assert draft == predicted + "\n" + FILE_SEP and prompt.trailing_break and prompt.end_marker == ""
+        assert draft == predicted + "\n" + FILE_SEP and prompt.trailing_break and prompt.end_marker == "\n```"
         assert rendered.endswith(f"{FILE_SEP}updated/a.py\n")
         assert f"{FILE_SEP}original/a.py\n{region.replace('items', 'values')}\n{FILE_SEP}current/a.py\n{region}\n" in rendered
     else:
