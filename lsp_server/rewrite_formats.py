@@ -7,7 +7,8 @@ keeps its prefix through the next edit.
 
 * ``chat``: the tokenizer's chat template; a system turn (rewrite the region, carrying the edits
   through), a user turn (the file, the recent edits as unified diffs, the region alone in a code block,
-  the instruction), the assistant turn pre-filled with ``"```<language>\\n"``; the answer ends with
+  a sentence naming the latest edit where :mod:`lsp_server.edit_summary` recognises it, the instruction),
+  the assistant turn pre-filled with ``"```<language>\\n"``; the answer ends with
   ``"\\n```"``.
 * ``plain``: for code models without a chat template: the file with the region between ``region:`` /
   ``end of region`` comment lines, the diffs as line comments, an instruction comment and the ``region:``
@@ -63,6 +64,7 @@ class RewriteParts:
     original_region: str  # the region before the latest edit
     cursor: int  # code points into ``region`` (clamped to it)
     draft_region: str = ""  # what the rewrite is drafted from ("": the region)
+    summary: str = ""  # one sentence on the latest edit (lsp_server.edit_summary; "" when none), chat only
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,8 @@ def _chat_format(tokenizer, p: RewriteParts) -> Rendered:
     # The region is shown twice, in the file and alone: with markers inside the file (``<region>`` lines)
     # the real 1.5B copied the markers into its answer.
     user = (f"The file {p.name}:\n```{p.language}\n{p.before}{p.region}{p.after}\n```\n\nRecent edits to {p.name}:\n"
-            f"```diff\n{edits}\n```\n\nThe region:\n```{p.language}\n{p.region}\n```\n\n{INSTRUCTION}")
+            f"```diff\n{edits}\n```\n\nThe region:\n```{p.language}\n{p.region}\n```\n\n"
+            f"{p.summary + ' ' if p.summary else ''}{INSTRUCTION}")
     ids = _chat(tokenizer, user, f"```{p.language}\n", SYSTEM_PROMPT)
     return Rendered(ids, encode(tokenizer, _draft(p) + CHAT_END_MARKER), CHAT_END_MARKER, False)
 

@@ -22,13 +22,14 @@ import re
 from dataclasses import dataclass
 
 from decoding.capabilities import ModelCapabilities
+from lsp_server.edit_summary import edit_summary, renamed_word
 from lsp_server.rewrite_formats import CHAT_END_MARKER, CHAT_FORMATS, FORMATS, RewriteParts, render, split_diff
 from lsp_server.syntax import enclosing_definitions
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.positions import to_model_text
 
 __all__ = ["CHAT_END_MARKER", "DEFAULT_FORMATS", "NextEditUnsupported", "RewritePrompt", "build_rewrite_prompt",
-           "choose_format", "line_comment", "region_lines_around"]
+           "choose_format", "line_comment", "predicted_region", "region_lines_around", "renamed_word"]
 
 CONTEXT_BEFORE_CHARS = 1500  # file text shown before the region, at most (model text, whole lines); its prefill
 # is most of a suggestion's time on a CPU
@@ -99,28 +100,6 @@ def original_region(region: str, diffs) -> str:
     return region.replace(updated, original) if updated and region.count(updated) == 1 else region
 
 
-_WORD = re.compile(r"\w+")
-
-
-def renamed_word(diffs) -> tuple[str, str] | None:
-    """(old, new) when the latest edit replaced one identifier by another and changed nothing else on
-    its lines (a rename, a keyword renamed, a typo fixed); else None."""
-    if not diffs:
-        return None
-    original, updated = split_diff(diffs[-1])
-    old_words, new_words = _WORD.findall(original), _WORD.findall(updated)
-    if len(old_words) != len(new_words):
-        return None
-    pairs = {(a, b) for a, b in zip(old_words, new_words) if a != b}
-    if len(pairs) != 1:
-        return None
-    (old, new), = pairs
-    if not (old.isidentifier() and new.isidentifier()) or _WORD.sub(lambda m: new if m.group() == old else m.group(),
-                                                                      original) != updated:
-        return None
-    return old, new
-
-
 def predicted_region(region: str, diffs) -> str:
     """The region as the rewrite will likely read (its draft): with a rename the latest edit shows
     (:func:`renamed_word`) carried through its whole words; else the region. Only speed depends on it:
@@ -185,7 +164,7 @@ def build_rewrite_prompt(document: Document, cursor_offset: int, history, tokeni
     before, after = _context(document, start, end)
     cursor = len(to_model_text(document.text[start:min(max(cursor_offset, start), end)]))
     parts = RewriteParts(name, document.language_id, line_comment(document.language_id), diffs, before, region, after,
-                         original_region(region, diffs), cursor, predicted_region(region, diffs))
+                         original_region(region, diffs), cursor, predicted_region(region, diffs), edit_summary(diffs) or "")
     try:
         rendered = render(chosen, tokenizer, parts)
     except ValueError as exc:
