@@ -164,6 +164,14 @@ class Rewrite:
         return self.text
 
 
+def _rewrite_prompt(backend: GenerationBackend, request: CompletionRequest, history) -> RewritePrompt | None:
+    """The request's rewrite prompt in the format its settings and the backend's model choose."""
+    settings = request.settings
+    return build_rewrite_prompt(request.document, request.offset, history, backend.tokenizer, backend.capabilities,
+                                settings.next_edit_region_lines, settings.next_edit_prompt_format,
+                                backend.describe().target)
+
+
 def rewrite(backend: GenerationBackend, request: CompletionRequest, history=(), seed: int | None = None) -> Rewrite | None:
     """Rewrite the region around the request's cursor with the recent edits carried through it.
 
@@ -180,9 +188,7 @@ def rewrite(backend: GenerationBackend, request: CompletionRequest, history=(), 
     """
     t0 = time.perf_counter()
     settings, document = request.settings, request.document
-    prompt = build_rewrite_prompt(document, request.offset, history, backend.tokenizer, backend.capabilities,
-                                  settings.next_edit_region_lines, settings.next_edit_prompt_format,
-                                  backend.describe().target)
+    prompt = _rewrite_prompt(backend, request, history)
     if prompt is None:
         return None
     config = settings.rewrite_config(prompt.end_marker, backend, seed)
@@ -211,13 +217,10 @@ def prefill_rewrite(backend: GenerationBackend, request: CompletionRequest, hist
     Raises:
         lsp_server.rewrite_prompt.NextEditUnsupported: the model cannot write rewrites.
     """
-    settings, document = request.settings, request.document
-    prompt = build_rewrite_prompt(document, request.offset, history, backend.tokenizer, backend.capabilities,
-                                  settings.next_edit_region_lines, settings.next_edit_prompt_format,
-                                  backend.describe().target)
+    prompt = _rewrite_prompt(backend, request, history)
     if prompt is None:
         return 0
-    return backend.prefill(prompt.prompt_ids, rewrite_cache_key(document.uri), should_stop or (lambda: False),
+    return backend.prefill(prompt.prompt_ids, rewrite_cache_key(request.uri), should_stop or (lambda: False),
                            background=True)
 
 
