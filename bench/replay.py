@@ -19,13 +19,14 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
-from decoding.types import DEFAULT_MAX_DRAFT_TOKENS, DEFAULT_PREFILL_CHUNK_TOKENS, EngineConfig, GenerationConfig
-from lsp_server.backends.local import BACKGROUND_CHUNK_TOKENS
+from decoding.types import (DEFAULT_MAX_DRAFT_TOKENS, DEFAULT_PREFILL_CHUNK_TOKENS, REWRITE_PREFILL_CHUNK_TOKENS,
+                            EngineConfig, GenerationConfig)
+from lsp_server.backends.local import SPARE_CHUNK_TOKENS
 
 #: The pieces a server prefills a prompt in (a request's prefill, and work ahead in idle time), whose KV
 #: differs from one pass's by the kernel noise; the verify pass's length is added (a prompt that holds
 #: earlier output, the typed tail, was computed in verify passes).
-SERVER_PIECES = (DEFAULT_PREFILL_CHUNK_TOKENS, BACKGROUND_CHUNK_TOKENS)
+SERVER_PIECES = (DEFAULT_PREFILL_CHUNK_TOKENS, SPARE_CHUNK_TOKENS, REWRITE_PREFILL_CHUNK_TOKENS)
 
 
 def plain_config(replay: dict) -> GenerationConfig:

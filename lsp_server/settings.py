@@ -27,6 +27,7 @@ from decoding.types import (
     DRAFTER_MODES,
     ENGINES,
     QUANTIZATIONS,
+    REWRITE_PREFILL_CHUNK_TOKENS,
     EngineConfig,
     GenerationConfig,
     SamplingParams,
@@ -230,6 +231,7 @@ class Settings:
             stop_token_ids=backend.completion_stop_ids,
             max_draft_tokens=self.max_draft_tokens,
             draft_min_confidence=self.draft_min_confidence,
+            prefill_chunk_tokens=REWRITE_PREFILL_CHUNK_TOKENS,
             seed=seed,
         )
 
