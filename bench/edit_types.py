@@ -36,6 +36,12 @@ def apply(text: str, replacements) -> str:
     return text
 
 
+def shift_before(replacements, offset: int) -> int:
+    """How far the ``replacements`` (offsets into one text) move ``offset``: the length change of those
+    that end before it (an insertion at ``offset`` itself counts: the offset stays before the text)."""
+    return sum(len(r.text) - (r.end - r.start) for r in replacements if r.end < offset or r.start < r.end == offset)
+
+
 @dataclass(frozen=True)
 class EditCase:
     """One refactor: the document before, the user's edits and the follow-ups (offsets into ``before``).
@@ -54,8 +60,7 @@ class EditCase:
     def to_edited(self, offset: int) -> int:
         """An offset into :attr:`before` (outside the user's edits) as an offset into :attr:`edited` (an
         offset where an insertion was made stays before the inserted text)."""
-        return offset + sum(len(r.text) - (r.end - r.start) for r in (*self.prior, self.user_edit)
-                            if r.end < offset or r.start < r.end == offset)
+        return offset + shift_before((*self.prior, self.user_edit), offset)
 
     @property
     def before_user(self) -> str:
@@ -65,9 +70,15 @@ class EditCase:
     @property
     def user_in_before_user(self) -> Replacement:
         """:attr:`user_edit` with offsets into :attr:`before_user`."""
-        shift = sum(len(r.text) - (r.end - r.start) for r in self.prior
-                    if r.end < self.user_edit.start or r.start < r.end == self.user_edit.start)
+        shift = shift_before(self.prior, self.user_edit.start)
         return Replacement(self.user_edit.start + shift, self.user_edit.end + shift, self.user_edit.text)
+
+    @property
+    def edits_in_turn(self) -> list[Replacement]:
+        """The prior edits, then the user's, each with offsets into the document as it was when made."""
+        made = [*self.prior, self.user_edit]
+        return [Replacement(r.start + shift_before(made[:i], r.start), r.end + shift_before(made[:i], r.start), r.text)
+                for i, r in enumerate(made)]
 
     @property
     def edited(self) -> str:

@@ -38,19 +38,13 @@ import sys
 import time
 
 from bench.corpus import corpus_files
-from bench.edit_cases import ALIASES, SPLITS, WORKLOADS, EditCase, Replacement, edit_cases
+from bench.edit_cases import ALIASES, SPLITS, WORKLOADS, EditCase, edit_cases
 
 
 def percentile(values: list[float], q: float) -> float:
     """The ``q``-th percentile (0-100) of ``values`` (nearest rank); ``values`` must not be empty."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
-
-
-def same_region(suggested: str, expected: str) -> bool:
-    """Whether a suggestion equals the expected region, trailing line breaks aside (the end marker's
-    own line break is the prompt format's, not the region's)."""
-    return suggested.rstrip("\n") == expected.rstrip("\n")
 
 
 def _history_and_request(case: EditCase, settings):
@@ -67,11 +61,7 @@ def _history_and_request(case: EditCase, settings):
     uri = f"file:///held-out/{case.source.replace(':', '_')}"
     history = edit_history.EditHistory()
     text, version, now = case.before, 0, 0.0
-    prior = [Replacement(p.start + sum(len(r.text) - (r.end - r.start) for r in case.prior[:i]
-                                       if r.end < p.start or r.start < r.end == p.start), 0, p.text)
-             for i, p in enumerate(case.prior)]
-    prior = [Replacement(moved.start, moved.start + p.end - p.start, p.text) for moved, p in zip(prior, case.prior)]
-    for edit in (*prior, case.user_in_before_user):  # each in the text as it was then
+    for edit in case.edits_in_turn:
         old = documents.Document(uri, text, version, "python")
         text = text[:edit.start] + edit.text + text[edit.end:]
         version += 1
@@ -85,22 +75,26 @@ def _history_and_request(case: EditCase, settings):
     return history, request.resolve_request(new, position, codec, settings)
 
 
+def _with_text(case: EditCase, start: int, end: int, text: str) -> str:
+    """The edited document with ``[start, end)`` replaced by ``text`` (its trailing line breaks as the
+    span's own: the end marker's line break is the prompt format's, not the region's)."""
+    old = case.edited[start:end]
+    return case.edited[:start] + text.rstrip("\n") + old[len(old.rstrip("\n")):] + case.edited[end:]
+
+
 def _score(case: EditCase, result, expected: str, parser) -> dict:
-    """The quality scores of one rewrite (:mod:`bench.edit_scoring`)."""
+    """The quality scores of one rewrite (:mod:`bench.edit_scoring`), over the span it replaces (the
+    region, widened to the lines around it the answer wrote again: :mod:`lsp_server.rewrite_span`)."""
     from bench import edit_scoring
     from lsp_server.syntax import error_count
 
-    prompt = result.prompt
-    new_region = result.text
-    if prompt.region_text.endswith("\n") and not new_region.endswith("\n"):
-        new_region += "\n"
-    start, end = prompt.region_start, prompt.region_end
-    document = case.edited[:start] + new_region + case.edited[end:]
-    expected_document = case.edited[:start] + expected + case.edited[end:]
+    start, end = result.start, result.end
+    document = _with_text(case, start, end, result.text)
+    expected_document = _with_text(case, result.prompt.region_start, result.prompt.region_end, expected)
     return {"exact": edit_scoring.equivalent(document, expected_document),
-            "exact_text": same_region(result.text, expected),
+            "exact_text": document == expected_document,
             "parses": error_count(parser, document) == 0,
-            "unchanged": same_region(result.text, prompt.region_text),
+            "unchanged": document == case.edited,
             "reversal": edit_scoring.reversal(case, start, end, result.text),
             "outside": edit_scoring.outside_reach(case, start, end, result.text)}
 
@@ -118,10 +112,10 @@ def measure_case(engine, case: EditCase, args: argparse.Namespace, base_settings
     backend = as_backend(engine)
     rows, reference, expected = {}, None, None
     modes = (("none",) if args.reference else ()) + (args.mode,) + (("ready",) if args.ahead else ())
+    history, request = _history_and_request(case, replace(base_settings, next_edit_region_lines=args.region_lines,
+                                                          next_edit_max_new_tokens=args.max_new_tokens))
     for mode in dict.fromkeys(modes):
-        settings = replace(base_settings, drafter=args.mode if mode == "ready" else mode,
-                           next_edit_region_lines=args.region_lines, next_edit_max_new_tokens=args.max_new_tokens)
-        history, request = _history_and_request(case, settings)
+        request = replace(request, settings=replace(request.settings, drafter=args.mode if mode == "ready" else mode))
         engine.reset_caches()
         if mode == "ready":  # the background prefill's time between the burst's end and the request
             budget_s = max(0.0, args.ask_after - SETTLED_S)
@@ -147,7 +141,8 @@ def measure_case(engine, case: EditCase, args: argparse.Namespace, base_settings
                       "latency_ms": latency_ms, "prefill_ms": generation.stats.ms["prefill"],
                       "prompt_tokens": generation.stats.prefill_computed + generation.stats.prefill_reused,
                       "identical": generation.token_ids == reference, "parted": parted,
-                      "suggestion": result.text, "region": [prompt.region_start, prompt.region_end]}
+                      "suggestion": result.text, "region": [prompt.region_start, prompt.region_end],
+                      "span": [result.start, result.end]}
     return rows
 
 

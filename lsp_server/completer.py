@@ -33,6 +33,7 @@ from lsp_server.related_files import context_documents, label, related_files
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest
 from lsp_server.rewrite_prompt import RewritePrompt, build_rewrite_prompt
+from lsp_server.rewrite_span import covered_span
 from lsp_server.text_edits import Replacement, minimal_edits
 
 
@@ -148,10 +149,16 @@ class Rewrite:
 
     prompt: RewritePrompt
     generation: Generation
-    text: str  # the new region, in the document's line ending ("" when unfinished)
+    text: str  # the new text of [start, end), in the document's line ending ("" when unfinished)
     edits: list[Replacement]  # code points into the request's document text; [] when nothing changes
     ms: dict[str, float] = field(default_factory=dict)  # context, engine, postprocess
+    start: int | None = None  # the span ``text`` replaces, code points into the request's document text: the
+    end: int | None = None  # region (None), widened to the lines around it the answer wrote again (rewrite_span)
     mode = None  # no completion mode (for the tracer)
+
+    def __post_init__(self):
+        self.start = self.prompt.region_start if self.start is None else self.start
+        self.end = self.prompt.region_end if self.end is None else self.end
 
     @property
     def finished(self) -> bool:
@@ -196,15 +203,16 @@ def rewrite(backend: GenerationBackend, request: CompletionRequest, history=(), 
     t1 = time.perf_counter()
     generation = backend.rewrite(prompt, config, settings.drafter, request.cancelled.is_set, cache_key=cache_key)
     t2 = time.perf_counter()
-    text, edits = "", []
+    text, edits, start, end = "", [], prompt.region_start, prompt.region_end
     if generation.finish_reason == FinishReason.STOP:
         answer = generation.text
         if prompt.trailing_break and answer.endswith("\n"):
             answer = answer[:-1]
         text = to_document_text(answer, line_ending(document.text))
-        edits = minimal_edits(prompt.region_text, text, prompt.region_start)
+        start, end, text = covered_span(document, start, end, text)
+        edits = minimal_edits(document.text[start:end], text, start)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
-    return Rewrite(prompt, generation, text, edits, ms)
+    return Rewrite(prompt, generation, text, edits, ms, start, end)
 
 
 def prefill_rewrite(backend: GenerationBackend, request: CompletionRequest, history=(),

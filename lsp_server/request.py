@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lsprotocol import types
@@ -40,6 +41,22 @@ class CompletionRequest:
     @property
     def uri(self) -> str:
         return self.document.uri
+
+
+class Yielding:
+    """A request's cancellation flag that also reads as set while ``should_yield()`` holds (background work
+    yields to queued work: :meth:`lsp_server.worker.ModelWorker.has_waiting`); duck-types the
+    ``threading.Event`` of :attr:`CompletionRequest.cancelled`."""
+
+    def __init__(self, should_yield: Callable[[], bool]):
+        self._event = threading.Event()
+        self._should_yield = should_yield
+
+    def is_set(self) -> bool:
+        return self._event.is_set() or self._should_yield()
+
+    def set(self) -> None:
+        self._event.set()
 
 
 def resolve_request(document: Document, position: types.Position, codec: PositionCodec,

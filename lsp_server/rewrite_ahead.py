@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 
 from lsp_server.pipeline import RequestPipeline
-from lsp_server.request import resolve_request
+from lsp_server.request import Yielding, resolve_request
 from lsp_server.session import ModelSession
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.edit_history import EditHistories
@@ -45,20 +44,6 @@ log = logging.getLogger(__name__)
 REWRITE_AHEAD = "nextEditAhead"  # the in-flight method name of a prefill started when an edit burst ends
 SETTLED_S = 0.5  # no change for this long (seconds): a pause, not the gap between two keys
 CODE_POINTS = codec_for("utf-32")
-
-
-class _Yielding:
-    """A request's cancellation flag that also reads as set while other work waits for the model thread."""
-
-    def __init__(self, has_waiting: Callable[[], bool]):
-        self._event = threading.Event()
-        self._has_waiting = has_waiting
-
-    def is_set(self) -> bool:
-        return self._event.is_set() or self._has_waiting()
-
-    def set(self) -> None:
-        self._event.set()
 
 
 class RewritesAhead:
@@ -106,7 +91,7 @@ class RewritesAhead:
         worker = pipeline.worker
         try:
             if settings.next_edit_suggest_ahead:
-                request = replace(request, cancelled=_Yielding(worker.has_waiting))
+                request = replace(request, cancelled=Yielding(worker.has_waiting))
                 job = worker.run(ModelSession.rewrite, request, diffs)
                 loop = asyncio.get_running_loop()
                 job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._written, request, done))

@@ -30,23 +30,13 @@ from lsp_server.workspace.file_rules import uri_looks_secret
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.related_files import context_documents
 from lsp_server.rewrite_prompt import NextEditUnsupported
-from lsp_server.request import CompletionRequest, after_enter
+from lsp_server.request import CompletionRequest, Yielding, after_enter
 from lsp_server.syntax import parser_for
 
 NEXT_LINE_IDLE_S = 0.25  # the model thread idle this long after an answer at a line's end: prepare the next line
 #: What the worker may run (:meth:`lsp_server.worker.ModelWorker.run`); nothing hands a backend out.
 OPERATIONS = frozenset({"complete", "rewrite", "prefill", "prefill_rewrite", "prepare_ahead", "document_opened", "document_changed", "document_closed",
                         "file_changed", "warm_up", "describe"})
-
-
-class _Yield:
-    """A request's cancellation flag that reads as set while other work waits (background work yields)."""
-
-    def __init__(self, should_stop: Callable[[], bool]):
-        self.is_set = should_stop
-
-    def set(self) -> None:
-        pass
 
 
 class ModelSession:
@@ -182,7 +172,7 @@ class ModelSession:
             fed = backend.prefill(prompt.prompt_ids, request.uri, stop, spare=True)
         if ahead is not None and not stop():
             # Its time budget runs from here, as a request's from its arrival.
-            complete(backend, replace(ahead, cancelled=_Yield(stop), received=time.perf_counter()), others, repo,
+            complete(backend, replace(ahead, cancelled=Yielding(stop), received=time.perf_counter()), others, repo,
                      self.sources)
         return fed
 

@@ -10,7 +10,7 @@ import pytest
 
 from bench.edit_cases import EditCase, Module, Replacement, apply, edit_cases, region_of, split_of
 from bench.edit_scoring import equivalent, outside_reach, reach_lines, reversal
-from bench.edits import percentile, same_region, summarise
+from bench.edits import _score, percentile, summarise
 
 pytestmark = pytest.mark.unit
 
@@ -142,6 +142,10 @@ def test_add_parameter_from_the_calls_side_has_the_signature_change_as_a_prior_e
     start = case.edited.index("def main")
     assert case.expected_region(start, len(case.edited)) == (case.expected[start:], 1)
     assert case.before_user.startswith("def scale(values, factor, context):") and "x = scale(a, 2)" in case.before_user
+    text, made = case.before, case.edits_in_turn  # each edit's offsets are into the text as it was then
+    for edit in made:
+        text = text[:edit.start] + edit.text + text[edit.end:]
+    assert text == case.edited and made[-1] == case.user_in_before_user and made[0] == case.prior[0]
 
 
 def test_add_parameter_goes_before_the_defaults_and_calls_may_pass_keywords(tmp_path):
@@ -243,7 +247,6 @@ def test_summarise_separates_the_prefill_from_the_speedup():
 
 
 def test_report_helpers():
-    assert same_region("a\nb\n", "a\nb") and not same_region("a\nb ", "a\nb")
     assert percentile([5.0, 1.0, 3.0], 50) == 3.0 and percentile([5.0, 1.0, 3.0], 95) == 5.0
 
 
@@ -317,3 +320,28 @@ def test_reversal_and_outside_reach_of_a_suggestion():
     # the user's rename undone (the edit renamed back), the rest left: a reversal
     undone = region.replace("def area(r, scale)", "def area(radius, scale)")
     assert reversal(case, start, end, undone) and not reversal(case, start, end, region)
+
+
+def test_a_suggestion_is_scored_over_the_span_it_replaces_the_region_widened():
+    from types import SimpleNamespace
+
+    from lsp_server.syntax import parser_for
+
+    case = _rename_case()
+    start = case.edited.index("    full")  # the region: the body's last two lines
+    end = len(case.edited.rstrip("\n"))
+    expected = case.expected[start:len(case.expected.rstrip("\n"))]
+    prompt = SimpleNamespace(region_start=start, region_end=end)
+    comment = case.edited.index("    # the")
+    parser = parser_for("python")
+
+    def score(span_start, text):
+        return _score(case, SimpleNamespace(prompt=prompt, start=span_start, end=end, text=text), expected, parser)
+
+    # the answer began with the line above the region, as it is: scored over the widened span, exact
+    widened = score(comment, "    # the circle's area\n" + expected + "\n")
+    assert widened["exact"] and widened["exact_text"] and widened["outside"] == 0 and not widened["unchanged"]
+    # the same answer applied over the region alone writes that line twice: not exact, one line outside
+    doubled = score(start, "    # the circle's area\n" + expected)
+    assert not doubled["exact"] and not doubled["exact_text"] and doubled["outside"] == 1
+    assert score(start, case.edited[start:end])["unchanged"]

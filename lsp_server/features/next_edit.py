@@ -7,7 +7,8 @@ old region to the new, in the negotiated position encoding.
 ``speclsp/nextEdit`` (a speclsp extension of LSP), params ``{"textDocument": {"uri"}, "position"}``;
 result ``null`` (nothing to change, or nothing to suggest) or::
 
-    {"edits": TextEdit[], "range": Range (the region), "text": str (the new region),
+    {"edits": TextEdit[], "range": Range (the region, widened to the lines around it that the answer wrote
+     again: lsp_server.rewrite_span), "text": str (the new text of that range),
      "version": int (the document version the edits apply to),
      "stats": {"tokens": int, "passes": int, "tokens_per_pass": float,
                "accepted": {source: int}, "total_ms": float}}
@@ -60,8 +61,8 @@ def _params(params: Any) -> tuple[str, types.Position]:
 
 def text_edits(ls: SpeclspServer, answer: NextEdit) -> tuple[list[types.TextEdit], types.Range]:
     """The answer's edits and its region as LSP objects in the negotiated encoding."""
-    codec, lines, prompt = codec_for(ls.pipeline.position_encoding), answer.document.lines, answer.rewrite.prompt
-    region = types.Range(start=lines.position_at(prompt.region_start, codec), end=lines.position_at(prompt.region_end, codec))
+    codec, lines, rewrite = codec_for(ls.pipeline.position_encoding), answer.document.lines, answer.rewrite
+    region = types.Range(start=lines.position_at(rewrite.start, codec), end=lines.position_at(rewrite.end, codec))
     return to_text_edits(answer.rewrite.edits, lines, codec), region
 
 
