@@ -17,6 +17,7 @@ changes the prompt only, never what verification accepts.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from lsp_server.rewrite_formats import split_diff
 
@@ -58,8 +59,19 @@ def _callee_before(text: str, at: int) -> str | None:
     return None
 
 
-def edit_summary(diffs) -> str | None:
-    """The sentence for the latest of ``diffs`` (unified diffs, oldest first), or None (module docstring)."""
+@dataclass(frozen=True)
+class LatestEdit:
+    """What the latest edit did, where it is recognised (module docstring)."""
+
+    kind: str  # "rename", "keyword" (a keyword argument renamed), "parameter" (a definition's new one) or
+    # "argument" (a call's new one)
+    old: str  # the old name (rename, keyword); "" otherwise
+    new: str  # the new name, or the parameter or argument added
+    callee: str = ""  # keyword, argument: the callee; parameter: the function
+
+
+def latest_edit(diffs) -> LatestEdit | None:
+    """What the latest of ``diffs`` (unified diffs, oldest first) did, or None (module docstring)."""
     renamed = renamed_word(diffs)
     if renamed is not None:
         old, new = renamed
@@ -67,9 +79,8 @@ def edit_summary(diffs) -> str | None:
         keyword = re.search(rf"\b{re.escape(old)}\s*=(?!=)", original)
         callee = _callee_before(original, keyword.start()) if keyword else None
         if callee is not None and not _DEFINITION.search(original):
-            return (f"The keyword argument `{old}=` of `{callee}(...)` is now `{new}=`: make the same change in the "
-                    f"other calls of `{callee}` in the region.")
-        return f"`{old}` was renamed to `{new}`: rename every other `{old}` in the region that means the same thing."
+            return LatestEdit("keyword", old, new, callee)
+        return LatestEdit("rename", old, new)
     if not diffs:
         return None
     original, updated = split_diff(diffs[-1])
@@ -87,10 +98,23 @@ def edit_summary(diffs) -> str | None:
     definition = _DEFINITION.search(updated)
     callee = _callee_before(updated, head)
     if definition is not None and definition.end() <= head and callee == definition.group(1):
-        function = definition.group(1)
-        return (f"The function `{function}` takes a new parameter `{name}`: pass `{name}` in every call of "
-                f"`{function}` in the region.")
-    if callee is not None:
-        return (f"The call of `{callee}` now passes `{name}` as its last positional argument: pass `{name}` the same "
-                f"way in the other calls of `{callee}` in the region that take the same arguments.")
-    return None
+        return LatestEdit("parameter", "", name, definition.group(1))
+    return LatestEdit("argument", "", name, callee) if callee is not None else None
+
+
+def edit_summary(diffs) -> str | None:
+    """The sentence for the latest of ``diffs`` (unified diffs, oldest first), or None (module docstring)."""
+    edit = latest_edit(diffs)
+    if edit is None:
+        return None
+    old, new, callee = edit.old, edit.new, edit.callee
+    if edit.kind == "keyword":
+        return (f"The keyword argument `{old}=` of `{callee}(...)` is now `{new}=`: make the same change in the "
+                f"other calls of `{callee}` in the region.")
+    if edit.kind == "rename":
+        return f"`{old}` was renamed to `{new}`: rename every other `{old}` in the region that means the same thing."
+    if edit.kind == "parameter":
+        return (f"The function `{callee}` takes a new parameter `{new}`: pass `{new}` in every call of "
+                f"`{callee}` in the region.")
+    return (f"The call of `{callee}` now passes `{new}` as its last positional argument: pass `{new}` the same "
+            f"way in the other calls of `{callee}` in the region that take the same arguments.")

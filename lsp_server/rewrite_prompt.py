@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from decoding.capabilities import ModelCapabilities
-from lsp_server.edit_summary import edit_summary, renamed_word
+from lsp_server.edit_summary import edit_summary, latest_edit, renamed_word
 from lsp_server.rewrite_formats import CHAT_END_MARKER, CHAT_FORMATS, FORMATS, RewriteParts, render, split_diff
 from lsp_server.syntax import enclosing_definitions
 from lsp_server.workspace.documents import Document
@@ -100,15 +100,48 @@ def original_region(region: str, diffs) -> str:
     return region.replace(updated, original) if updated and region.count(updated) == 1 else region
 
 
+def _pass_argument(region: str, callee: str, name: str) -> str:
+    """``region`` with ``name`` passed last in every call of ``callee`` that lacks it (brackets counted,
+    strings not: a draft)."""
+    out, position = [], 0
+    for call in re.finditer(rf"(?<!\w){re.escape(callee)}\s*\(", region):
+        if call.start() < position or re.search(r"\bdef\s+$", region[:call.start()]):
+            continue
+        depth, close = 0, None
+        for i in range(call.end(), len(region)):
+            if region[i] in "([{":
+                depth += 1
+            elif region[i] in ")]}":
+                if depth == 0:
+                    close = i
+                    break
+                depth -= 1
+        if close is None:
+            break
+        arguments = region[call.end():close]
+        if re.search(rf"(?<![\w.]){re.escape(name)}\b", arguments):
+            continue
+        stripped = arguments.rstrip()
+        at = call.end() + len(stripped)
+        insert = name if not stripped else f" {name}," if stripped.endswith(",") else f", {name}"
+        out.append(region[position:at] + insert)
+        position = at
+    return "".join(out) + region[position:]
+
+
 def predicted_region(region: str, diffs) -> str:
-    """The region as the rewrite will likely read (its draft): with a rename the latest edit shows
-    (:func:`renamed_word`) carried through its whole words; else the region. Only speed depends on it:
-    every drafted token is verified."""
-    renamed = renamed_word(diffs)
-    if renamed is None:
+    """The region as the rewrite will likely read (its draft), with the latest edit
+    (:func:`lsp_server.edit_summary.latest_edit`) carried through it: a rename through its whole words, a
+    keyword argument renamed at its other ``old=``, a new parameter or argument passed in the other calls;
+    else the region. Only speed depends on it: every drafted token is verified."""
+    edit = latest_edit(diffs)
+    if edit is None:
         return region
-    old, new = renamed
-    return re.sub(rf"(?<![\w.]){re.escape(old)}\b", new, region)
+    if edit.kind == "rename":
+        return re.sub(rf"(?<![\w.]){re.escape(edit.old)}\b", edit.new, region)
+    if edit.kind == "keyword":
+        return re.sub(rf"(?<![\w.]){re.escape(edit.old)}(?==(?!=))", edit.new, region)
+    return _pass_argument(region, edit.callee, edit.new)
 
 
 def choose_format(setting: str, capabilities: ModelCapabilities, model_name: str = "") -> str:

@@ -81,7 +81,7 @@ def test_split_diff_gives_the_original_and_updated_lines():
     assert split_diff(DIFF + "\n  return 1") == ("def scale(values, factor):\n return 1", "def scale(items, factor):\n return 1")
 
 
-def test_a_rename_the_latest_edit_shows_shapes_the_draft_and_nothing_else_does(tokenizer):
+def test_a_rename_the_latest_edit_shows_shapes_the_draft(tokenizer):
     from lsp_server.rewrite_prompt import predicted_region, renamed_word
 
     assert renamed_word([DIFF]) == ("values", "items")
@@ -94,3 +94,27 @@ def test_a_rename_the_latest_edit_shows_shapes_the_draft_and_nothing_else_does(t
     prompt = prompt_for(tokenizer, RENAMED, "chat")
     assert tokenizer.decode(prompt.draft_ids).startswith(prompt.region_text.replace("in values", "in items"))
     assert "in values" in prompt.region_text  # the region itself is as the user left it
+
+
+def diff_of(old: str, new: str) -> str:
+    return f"--- a/a.py\n+++ b/a.py\n@@ -1,1 +1,1 @@\n-{old}\n+{new}"
+
+
+def test_a_new_parameter_or_argument_or_keyword_the_latest_edit_shows_shapes_the_draft():
+    from lsp_server.rewrite_prompt import predicted_region
+
+    region = ("def scale(values, factor, context):\n    a = scale(x, 2)\n    b = self.scale(y, f(3))\n"
+              "    c = scale(\n        z,\n        4,\n    )\n    d = scale()\n    e = scale(w, context)\n"
+              "    return rescale(a)\n")
+    parameter = diff_of("def scale(values, factor):", "def scale(values, factor, context):")
+    assert predicted_region(region, [parameter]) == (
+        "def scale(values, factor, context):\n    a = scale(x, 2, context)\n    b = self.scale(y, f(3), context)\n"
+        "    c = scale(\n        z,\n        4, context,\n    )\n    d = scale(context)\n    e = scale(w, context)\n"
+        "    return rescale(a)\n")  # the definition, a call that has it and another function's calls stay
+    argument = diff_of("    a = scale(x, 2)", "    a = scale(x, 2, context)")
+    assert predicted_region(region, [argument]) == predicted_region(region, [parameter])
+    keyword = diff_of("    run(nargs=1)", "    run(nargs_value=1)")
+    calls = "    run(nargs_value=1)\n    nargs = 2\n    run(nargs=nargs, x=obj.nargs)\n"
+    assert predicted_region(calls, [keyword]) == "    run(nargs_value=1)\n    nargs = 2\n    run(nargs_value=nargs, x=obj.nargs)\n"
+    unrecognised = diff_of("    a = scale(x, 2)", "    a = scale(x + 1, 2)")
+    assert predicted_region(region, [unrecognised]) == region
