@@ -84,15 +84,20 @@ def _with_text(case: EditCase, start: int, end: int, text: str) -> str:
 
 def _score(case: EditCase, result, expected: str, parser) -> dict:
     """The quality scores of one rewrite (:mod:`bench.edit_scoring`), over the span it replaces (the
-    region, widened to the lines around it the answer wrote again: :mod:`lsp_server.rewrite_span`)."""
+    region, widened to the lines around it the answer wrote again: :mod:`lsp_server.rewrite_span`). Exact:
+    the document reads as with the follow-ups in the region made, or in that whole span."""
     from bench import edit_scoring
     from lsp_server.syntax import error_count
 
     start, end = result.start, result.end
     document = _with_text(case, start, end, result.text)
-    expected_document = _with_text(case, result.prompt.region_start, result.prompt.region_end, expected)
-    return {"exact": edit_scoring.equivalent(document, expected_document),
-            "exact_text": document == expected_document,
+    expected_documents = [_with_text(case, result.prompt.region_start, result.prompt.region_end, expected)]
+    widened = (start, end) != (result.prompt.region_start, result.prompt.region_end)
+    over_span = case.expected_region(start, end) if widened else None
+    if over_span is not None:
+        expected_documents.append(_with_text(case, start, end, over_span[0]))
+    return {"exact": any(edit_scoring.equivalent(document, e) for e in expected_documents),
+            "exact_text": document in expected_documents,
             "parses": error_count(parser, document) == 0,
             "unchanged": document == case.edited,
             "reversal": edit_scoring.reversal(case, start, end, result.text),

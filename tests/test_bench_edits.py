@@ -345,3 +345,29 @@ def test_a_suggestion_is_scored_over_the_span_it_replaces_the_region_widened():
     doubled = score(start, "    # the circle's area\n" + expected)
     assert not doubled["exact"] and not doubled["exact_text"] and doubled["outside"] == 1
     assert score(start, case.edited[start:end])["unchanged"]
+    # widened over the line above the region without carrying the rename there: exact for the region
+    region_only = score(comment, "    # the circle's area\n" + expected)
+    assert region_only["exact"] and region_only["outside"] == 0
+
+
+def test_a_suggestion_carried_past_its_region_is_exact_when_right_over_its_span():
+    from types import SimpleNamespace
+
+    from lsp_server.syntax import parser_for
+
+    case = _rename_case()
+    start = case.edited.index("    full")  # the region: the line "full = ..." alone
+    end = case.edited.index("\n", start)
+    last = len(case.edited.rstrip("\n"))  # the span, widened over the return line
+    expected = case.expected_region(start, end)[0]
+    prompt = SimpleNamespace(region_start=start, region_end=end)
+
+    def score(text):
+        return _score(case, SimpleNamespace(prompt=prompt, start=start, end=last, text=text), expected,
+                      parser_for("python"))
+
+    carried = score(expected + "\n    return full * scale, r")
+    copied = score(expected + "\n    return full * scale, radius")
+    wrong = score(expected + "\n    return full * scale, rr")
+    assert carried["exact"] and copied["exact"] and not wrong["exact"]
+    assert carried["outside"] == copied["outside"] == 0
