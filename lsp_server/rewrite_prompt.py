@@ -3,9 +3,10 @@
 The region is ``region_lines`` whole lines around the cursor (a quarter of them above it), or, where
 tree-sitter knows the language (:func:`lsp_server.syntax.enclosing_definitions`), the outermost
 definition around the cursor that fits in ``region_lines`` lines; when none fits, the window stays
-inside the innermost one. The model rewrites the region with the recent edits carried through it, and
-the region is the draft (``draft_ids``: its tokens, then the end marker's), with a rename the latest
-edit shows carried through it (:func:`predicted_region`).
+inside the innermost one; blank lines at its edges are left out (the cursor's line stays in). The model
+rewrites the region with the recent edits carried through it, and the region is the draft
+(``draft_ids``: its tokens, then the end marker's), with the latest edit carried through it where it is
+recognised (:func:`predicted_region`).
 
 The format (:mod:`lsp_server.rewrite_formats`) is the ``nextEditPromptFormat`` setting; ``auto`` picks the
 one measured best for the model (:data:`DEFAULT_FORMATS`, by ``speclsp bench edits`` on its development
@@ -74,10 +75,17 @@ def region_lines_around(document: Document, cursor_offset: int, region_lines: in
     spans = enclosing_definitions(document.language_id, document.text, cursor_offset)
     fitting = [span for span in spans if span[1] - span[0] + 1 <= region_lines]
     if fitting:
-        return fitting[-1]
-    low, high = spans[0] if spans else (0, last_line)
-    first = max(low, cursor_line - region_lines // 4)
-    return first, min(high, last_line, first + region_lines - 1)
+        first, last = fitting[-1]
+    else:
+        low, high = spans[0] if spans else (0, last_line)
+        first = max(low, cursor_line - region_lines // 4)
+        last = min(high, last_line, first + region_lines - 1)
+    # Blank lines at its edges carry nothing, and the model leaves them out of its answer
+    while first < min(last, cursor_line) and not lines.line_text(first).strip():
+        first += 1
+    while last > max(first, cursor_line) and not lines.line_text(last).strip():
+        last -= 1
+    return first, last
 
 
 def _context(document: Document, start: int, end: int) -> tuple[str, str]:

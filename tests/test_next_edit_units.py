@@ -139,7 +139,11 @@ def test_region_snaps_to_the_enclosing_function_when_it_fits():
     assert region_lines_around(document, cursor, 20) == (3, 7)  # def scale ... return result
     assert region_lines_around(document, cursor, 3) == (3, 5)  # too long: a window inside the function
     plain = Document("file:///w/a.txt", FUNCTION, 1, "plaintext")  # no grammar: the window
-    assert region_lines_around(plain, cursor, 4) == (2, 5)  # a quarter of the lines above the cursor
+    assert region_lines_around(plain, cursor, 4) == (3, 5)  # a quarter of the lines above the cursor (2), blank
+    spaced = Document("file:///w/b.py", "a = 1\n\n\nb = 2\nc = 3\n\n\nd = 4\n", 1, "python")
+    assert region_lines_around(spaced, spaced.text.index("c"), 20) == (0, 7)  # nothing blank at the edges
+    assert region_lines_around(spaced, spaced.text.index("c"), 4) == (3, 4)  # the window 3-6, its blank end left out
+    assert region_lines_around(spaced, spaced.text.index("\n\nd") + 1, 4) == (6, 7)  # the cursor's blank line stays
 
 
 @pytest.fixture(scope="module")
