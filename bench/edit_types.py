@@ -77,8 +77,8 @@ class EditCase:
     def edits_in_turn(self) -> list[Replacement]:
         """The prior edits, then the user's, each with offsets into the document as it was when made."""
         made = [*self.prior, self.user_edit]
-        return [Replacement(r.start + shift_before(made[:i], r.start), r.end + shift_before(made[:i], r.start), r.text)
-                for i, r in enumerate(made)]
+        shifts = [shift_before(made[:i], r.start) for i, r in enumerate(made)]
+        return [Replacement(r.start + shift, r.end + shift, r.text) for r, shift in zip(made, shifts)]
 
     @property
     def edited(self) -> str:

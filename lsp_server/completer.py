@@ -218,8 +218,8 @@ def rewrite(backend: GenerationBackend, request: CompletionRequest, history=(), 
 def prefill_rewrite(backend: GenerationBackend, request: CompletionRequest, history=(),
                     should_stop: Callable[[], bool] | None = None) -> int:
     """Compute the rewrite prompt of the request's cursor ahead of a next-edit request for it (into the
-    document's next-edit cache, in small pieces that poll ``should_stop``): a :func:`rewrite` of the same
-    document, cursor region and edits then prefills nothing but its last token. Returns the prompt tokens
+    document's next-edit cache, in a request's pieces, ``should_stop`` polled between them): a
+    :func:`rewrite` of the same document, cursor region and edits then prefills nothing but its last token. Returns the prompt tokens
     computed (0 for a blank region, a remote engine, or a stop before any piece).
 
     Raises:
@@ -228,8 +228,7 @@ def prefill_rewrite(backend: GenerationBackend, request: CompletionRequest, hist
     prompt = _rewrite_prompt(backend, request, history)
     if prompt is None:
         return 0
-    return backend.prefill(prompt.prompt_ids, rewrite_cache_key(request.uri), should_stop or (lambda: False),
-                           background=True)
+    return backend.prefill(prompt.prompt_ids, rewrite_cache_key(request.uri), should_stop or (lambda: False))
 
 
 def rewrite_cache_key(uri: str) -> tuple[str, str]:

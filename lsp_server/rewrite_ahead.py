@@ -5,7 +5,7 @@ is known as soon as the user stops editing: the region around the cursor, the fi
 recent edits. So when a document with recent edits has had no change for ``SETTLED_S`` (a pause; the
 edit history's coalescing window, 1.5 s, would leave most of the prefill to a request asked 2 s after
 the edit), the rewrite prompt for the cursor the last change left is computed on the model thread (:meth:`lsp_server.session.ModelSession.prefill_rewrite`),
-in small pieces that yield to any queued work, into the document's next-edit cache. A
+in a request's 128-token pieces that yield to any queued work, into the document's next-edit cache. A
 ``speclsp/nextEdit`` request for that cursor then finds its prompt computed but for the last token. A
 new change cancels the timer or the prefill (it is in the pipeline's in-flight table under
 ``REWRITE_AHEAD``), and the pieces fed stay cached: the prompt puts the file around the region first, so

@@ -131,8 +131,8 @@ class GenerationBackend(Protocol):
         """Drop the KV caches kept under ``cache_key`` (a document closed)."""
 
     def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool],
-                spare: bool = False, background: bool = False) -> int:
+                spare: bool = False) -> int:
         """Compute ``prompt_ids`` into the KV cache of ``cache_key`` ahead of a request whose prompt starts
-        with them; returns the prompt tokens computed (0 for a remote engine, which keeps its own cache).
-        ``spare``: into the key's spare cache, beside the prompt in use (:meth:`decoding.engine.Engine.prefill`).
-        ``background``: in small pieces, as a spare prefill is (work no request waits for yet)."""
+        with them, in pieces polled with ``should_stop``; returns the prompt tokens computed (0 for a remote
+        engine, which keeps its own cache). ``spare``: into the key's spare cache, beside the prompt in use
+        (:meth:`decoding.engine.Engine.prefill`), in small pieces."""

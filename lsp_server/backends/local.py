@@ -13,10 +13,10 @@ from decoding.engine import Engine
 from decoding.types import DEFAULT_PREFILL_CHUNK_TOKENS, Generation, GenerationConfig
 from lsp_server.backends.base import GenerationBackend, LoadedModels
 
-SPARE_CHUNK_TOKENS = 32  # a spare prefill in idle time yields to a request after at most this many tokens
-# A next-edit prompt's prefill after an edit burst: a request's own piece (it holds the model thread no
-# longer than a request superseded mid-prefill does; a 32-token piece computes at a third of the rate)
-BACKGROUND_CHUNK_TOKENS = DEFAULT_PREFILL_CHUNK_TOKENS
+# A spare prefill in idle time yields to a request after at most this many tokens. Any other prefill ahead
+# (a next-edit prompt after an edit burst) runs in a request's own pieces: it holds the model thread no
+# longer than a request superseded mid-prefill does, and a 32-token piece computes at a third of the rate.
+SPARE_CHUNK_TOKENS = 32
 
 if TYPE_CHECKING:
     from lsp_server.prompt import Prompt
@@ -71,11 +71,10 @@ class LocalBackend:
         self.engine.forget_cache(cache_key)
 
     def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool],
-                spare: bool = False, background: bool = False) -> int:
+                spare: bool = False) -> int:
         """:meth:`decoding.engine.Engine.prefill` (the chunks polled with ``should_stop``)."""
         return self.engine.prefill(prompt_ids, cache_key=cache_key, should_stop=should_stop,
-                                   chunk_tokens=SPARE_CHUNK_TOKENS if spare else BACKGROUND_CHUNK_TOKENS if background
-                                   else DEFAULT_PREFILL_CHUNK_TOKENS,
+                                   chunk_tokens=SPARE_CHUNK_TOKENS if spare else DEFAULT_PREFILL_CHUNK_TOKENS,
                                    spare=spare)
 
 
