@@ -24,7 +24,7 @@ from decoding.stats import GenerationStats
 #: pass. `speclsp bench decode` (edit workload, starter pair, 2-core CPU): 5.41 tokens per pass at a cap
 #: of 8, 7.06 at 16; FIM and high-entropy text did not slow down.
 DEFAULT_MAX_DRAFT_TOKENS = 16
-DEFAULT_MAX_REGION_DRAFT_TOKENS = 64  # see GenerationConfig.max_region_draft_tokens
+DEFAULT_MAX_REGION_DRAFT_TOKENS = 256  # see GenerationConfig.max_region_draft_tokens
 DEFAULT_PREFILL_CHUNK_TOKENS = 128  # see GenerationConfig.prefill_chunk_tokens and Engine.prefill
 # A next-edit rewrite's prompt (about 1,000 tokens): pieces of 256 compute it about a third faster on a
 # CPU than pieces of 128 (docs/next-edit.md), and a superseded rewrite stops within one

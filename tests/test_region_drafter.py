@@ -7,7 +7,7 @@ import pytest
 
 from decoding.draft_length import DraftLengthPolicy
 from decoding.drafters.base import Draft, DraftContext, Drafter
-from decoding.drafters.region import RegionDrafter
+from decoding.drafters.region import LOCAL_TOKENS, TENTATIVE_TOKENS, RegionDrafter
 from decoding.drafters.switching import SwitchingDrafter
 from decoding.sampling import SamplingParams
 
@@ -47,12 +47,35 @@ def test_pointer_follows_accepted_tokens_and_the_target_token_after_them():
     assert proposal(drafter, [10, 11, 12, 13, 14, 15], k=2) == [16, 17]
 
 
-def test_replacement_is_lost_until_the_anchor_has_left_it_then_rejoins():
+def test_a_replaced_token_is_guessed_once_with_a_short_draft_then_rejoins():
     drafter = RegionDrafter(DRAFT_IDS, len(PROMPT))
-    assert proposal(drafter, [10, 11, 50]) is None  # the target renamed 12 -> 50
-    assert proposal(drafter, [10, 11, 50, 13]) is None
-    assert proposal(drafter, [10, 11, 50, 13, 14]) is None  # anchor (50, 13, 14) is not in the region
-    assert proposal(drafter, [10, 11, 50, 13, 14, 15]) == [16, 17, END]
+    assert proposal(drafter, [10, 11, 50]) == [13, 14, 15, 16, 17, END]  # 12 -> 50: 13 guessed to follow
+    assert drafter._tentative
+    assert proposal(drafter, [10, 11, 50, 13]) == [14, 15, 16, 17, END] and not drafter._tentative
+    wrong = RegionDrafter(DRAFT_IDS, len(PROMPT))
+    assert proposal(wrong, [10, 11, 50]) == [13, 14, 15, 16, 17, END]
+    assert proposal(wrong, [10, 11, 50, 51]) is None  # the guess failed: no second guess
+    assert proposal(wrong, [10, 11, 50, 51, 52]) is None
+    assert proposal(wrong, [10, 11, 50, 51, 52, 12]) == [13, 14, 15, 16, 17, END]  # 12 written late: rejoined
+
+
+def test_a_one_token_rejoin_drafts_short_until_confirmed():
+    region = [*range(100, 140), END]
+    drafter = RegionDrafter(region, len(PROMPT))
+    assert proposal(drafter, [100, 77]) == region[2:2 + TENTATIVE_TOKENS]  # tentative: short
+    assert proposal(drafter, [100, 77, 102]) == region[3:]  # confirmed: the whole rest
+    assert proposal(RegionDrafter(region, len(PROMPT)), [100, 101]) == region[2:]
+
+
+def test_a_token_left_out_rejoins_at_once():
+    # the target renamed ``remote`` but not in prose: the draft's " remote" "_value" " side" is written
+    # " remote" " side", one token left out; the next draft follows " side" in the same round
+    draft_ids = [20, 21, 22, 23, 24, 25, END]
+    drafter = RegionDrafter(draft_ids, len(PROMPT))
+    assert proposal(drafter, [20, 21, 23]) == [24, 25, END]
+    far = RegionDrafter([*range(30, 30 + LOCAL_TOKENS + 2), END], len(PROMPT))
+    # beyond the window: taken as a replaced token (a guess), not as the tokens before it left out
+    assert proposal(far, [30, 30 + LOCAL_TOKENS + 1]) == [*range(32, 30 + LOCAL_TOKENS + 2), END]
 
 
 def test_insertion_and_deletion_re_anchor_after_the_old_pointer():
@@ -87,7 +110,7 @@ def test_anchor_not_found_proposes_nothing_and_a_later_anchor_is_found():
 def test_first_token_differs_anchors_on_the_tokens_generated_so_far():
     drafter = RegionDrafter(DRAFT_IDS, len(PROMPT))
     assert proposal(drafter, [12]) == [13, 14, 15, 16, 17, END]  # the first two region tokens dropped
-    assert proposal(RegionDrafter(DRAFT_IDS, len(PROMPT)), [77]) is None
+    assert proposal(RegionDrafter(DRAFT_IDS, len(PROMPT)), [77]) == [11, 12, 13, 14, 15, 16, 17, END]  # a guess
 
 
 def test_end_of_region_proposes_nothing():

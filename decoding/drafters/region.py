@@ -6,10 +6,19 @@ keeps a pointer into those tokens: the index of the token the rewrite is expecte
 
 * While the target writes what the pointer expects, the pointer follows it, token by token, whoever
   drafted (an accepted region draft, the bonus token, another source's draft, a plain round).
-* When the target writes something else (it inserted, deleted or replaced text), the drafter re-anchors:
-  it looks up the last ``anchor_tokens`` generated tokens in the region, nearest occurrence at or after
-  the old pointer first (the rewrite goes forward), else the nearest before it (a repeated line), and
-  continues after that occurrence. Not found: it proposes nothing until a later anchor is found.
+* When the target writes something else (it inserted, deleted or replaced text), the drafter rejoins
+  the region where it can tell, nearest first:
+
+  - a token the target writes that the region holds within ``LOCAL_TOKENS`` of where they parted: the
+    target left out the tokens before it, or wrote others first, and continues after it;
+  - the last ``anchor_tokens`` generated tokens found in the region, nearest occurrence at or after the
+    old pointer first (the rewrite goes forward), else the nearest before it (a repeated line);
+  - one token written in place of the region's (a word renamed): the region's next token is guessed to
+    follow, once per parting.
+
+  A rejoin by one token (the first and last) is tentative: its drafts stay at most
+  ``TENTATIVE_TOKENS`` long until the target writes one more region token after it, so a wrong guess
+  costs a short pass, not a long one. Nothing found: it proposes nothing until a later anchor is found.
 * Aligned, it proposes the rest of the region, end marker included, up to ``max_tokens``: one verify pass
   checks the whole remainder, so once the rewrite has rejoined the original for the rest of the region
   the generation ends in that pass at the end marker (a stop string or stop token of the caller). That is
@@ -26,6 +35,8 @@ from bisect import bisect_left
 from decoding.drafters.base import Draft, DraftContext, Drafter
 
 REGION_SOURCE = "region"  # the drafter's default name, and its source in the generation stats
+LOCAL_TOKENS = 8  # how far past the parting a token the target writes rejoins the region
+TENTATIVE_TOKENS = 16  # the draft length at most after a one-token rejoin, until it is confirmed
 
 
 class RegionDrafter(Drafter):
@@ -52,6 +63,9 @@ class RegionDrafter(Drafter):
         self.pointer = 0  # index into draft_ids of the token expected next
         self.aligned = True  # the generated tokens so far end where the pointer is (the start: nothing generated)
         self._seen = 0  # generated tokens the pointer accounts for
+        self._parted = 0  # the pointer where the target last wrote something else
+        self._since_parted = 0  # generated tokens since then, while lost
+        self._tentative = False  # rejoined by one token; not confirmed yet
         # Where each anchor_tokens-gram of the region ends (the index after it), ascending.
         self._ends: dict[tuple[int, ...], list[int]] = {}
         n = anchor_tokens
@@ -64,7 +78,8 @@ class RegionDrafter(Drafter):
         self._follow(context.token_ids[self.prompt_len :])
         if context.max_tokens <= 0 or not self.aligned:
             return None
-        draft = self.draft_ids[self.pointer : self.pointer + context.max_tokens]
+        limit = min(context.max_tokens, TENTATIVE_TOKENS) if self._tentative else context.max_tokens
+        draft = self.draft_ids[self.pointer : self.pointer + limit]
         return Draft(tokens=draft, draft_probs=None, source=self.name) if draft else None
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
@@ -72,21 +87,30 @@ class RegionDrafter(Drafter):
         the ``num_accepted`` accepted ones and the token the target added after them."""
 
     def _follow(self, generated: list[int]) -> None:
-        """Move the pointer over the generated tokens not seen yet; re-anchor where they differ from
-        the region. Generated tokens that are not an extension of those seen (a new generation):
-        start again from the region's start."""
+        """Move the pointer over the generated tokens not seen yet, rejoining the region where they part
+        from it (see the module docstring). Generated tokens that are not an extension of those seen (a
+        new generation): start again from the region's start."""
         if len(generated) < self._seen:
-            self.pointer, self.aligned, self._seen = 0, True, 0
+            self.pointer, self.aligned, self._seen, self._tentative = 0, True, 0, False
         for token in generated[self._seen :]:
-            if self.aligned and self.pointer < len(self.draft_ids) and self.draft_ids[self.pointer] == token:
-                self.pointer += 1
-            else:
-                self.aligned = False
-                break
+            if self.aligned:
+                if self.pointer < len(self.draft_ids) and self.draft_ids[self.pointer] == token:
+                    self.pointer += 1
+                    self._tentative = False
+                    continue
+                if not self._tentative:  # a failed guess keeps the first parting
+                    self._parted = self.pointer
+                self.aligned, self._since_parted = False, 0
+            self._since_parted += 1
+            local = self.draft_ids[self._parted : self._parted + LOCAL_TOKENS]
+            if token in local:
+                self.pointer, self.aligned, self._tentative = self._parted + local.index(token) + 1, True, True
         if not self.aligned and generated:
             found = self.anchor(generated[-self.anchor_tokens :])
             if found is not None:
-                self.pointer, self.aligned = found, True
+                self.pointer, self.aligned, self._tentative = found, True, False
+            elif self._since_parted == 1 and not self._tentative and self._parted < len(self.draft_ids):
+                self.pointer, self.aligned, self._tentative = self._parted + 1, True, True
         self._seen = len(generated)
 
     def anchor(self, suffix: list[int]) -> int | None:
