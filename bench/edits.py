@@ -21,7 +21,8 @@ region holds none of the follow-ups, or cuts one in two, is skipped and counted.
 Reported per format, workload and mode (scores: :mod:`bench.edit_scoring`): the share of suggestions
 equivalent to the expected region (``exact``: the same Python and comments; a new argument by keyword or
 by position), equal as text, after which the document parses (tree-sitter), left unchanged, that undid
-the user's edit (``reversal``), that changed a line outside the edit's reach (``outside``); tokens per
+the user's edit (``reversal``), that the server withheld because the model's answer undid it
+(``withheld``, :mod:`lsp_server.rewrite_guard`; such a case scores as unchanged), that changed a line outside the edit's reach (``outside``); tokens per
 target pass, the speedup over plain greedy, p50/p95 latency (ms) cold and ready, and whether every
 drafted output equals plain greedy token for token (a verify pass runs other matmul shapes than
 one-token decoding, so a genuine near-tie of the top two logits can part them: see docs/cases.md D7;
@@ -101,6 +102,7 @@ def _score(case: EditCase, result, expected: str, parser) -> dict:
             "parses": error_count(parser, document) == 0,
             "unchanged": document == case.edited,
             "reversal": edit_scoring.reversal(case, start, end, result.text),
+            "withheld": result.withheld,
             "outside": edit_scoring.outside_reach(case, start, end, result.text)}
 
 
@@ -170,7 +172,7 @@ def summarise(rows: list[dict], plain: list[dict] | None) -> dict:
         return round(statistics.mean(bool(r[key]) for r in rows), 3)
 
     summary = {"cases": len(rows), **{key: share(key) for key in ("exact", "exact_text", "parses", "unchanged",
-                                                                  "reversal", "outside")},
+                                                                  "reversal", "withheld", "outside")},
                "tokens_per_pass": round(sum(r["tokens"] for r in rows) / max(1, sum(r["passes"] for r in rows)), 2),
                "prompt_tokens_mean": round(statistics.mean(r["prompt_tokens"] for r in rows)),
                "prefill_ms_p50": round(percentile([r["prefill_ms"] for r in rows], 50), 1),
@@ -189,13 +191,13 @@ def summarise(rows: list[dict], plain: list[dict] | None) -> dict:
 def _print_table(report: list[dict], models: dict, args, skipped: dict) -> None:
     print(f"target {models['target']}, draft {models['draft']}, {models['dtype']} on {models['device']}; "
           f"corpus {args.corpus}, split {args.split}; skipped (no follow-up in the region): {skipped}")
-    print("format | workload | mode | cases | exact | text-equal | parses | unchanged | reversal | outside | "
+    print("format | workload | mode | cases | exact | text-equal | parses | unchanged | reversal | withheld | outside | "
           "tokens/pass | speedup | latency p50/p95 ms | prompt tokens | identical")
     for row in report:
         speedup = f"{row['speedup']:.2f}x" if "speedup" in row else "-"
         print(f"{row['format']} | {row['workload']} | {row['mode']} | {row['cases']} | {row['exact']:.2f} | "
               f"{row['exact_text']:.2f} | {row['parses']:.2f} | {row['unchanged']:.2f} | {row['reversal']:.2f} | "
-              f"{row['outside']:.2f} | {row['tokens_per_pass']:.2f} | {speedup} | "
+              f"{row['withheld']:.2f} | {row['outside']:.2f} | {row['tokens_per_pass']:.2f} | {speedup} | "
               f"{row['latency_ms_p50']:.0f}/{row['latency_ms_p95']:.0f} | {row['prompt_tokens_mean']} | "
               f"{row['identical_to_plain']}")
 

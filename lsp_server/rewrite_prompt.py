@@ -60,6 +60,7 @@ class RewritePrompt:
     chat: bool  # a chat-template format
     prompt_format: str = "chat"  # one of lsp_server.rewrite_formats.FORMATS
     trailing_break: bool = False  # the answer ends with a line break of the format's, not the region's
+    latest_diff: str = ""  # the user's latest edit as a unified diff (model text; "" when none)
 
 
 def line_comment(language_id: str) -> str:
@@ -211,4 +212,4 @@ def build_rewrite_prompt(document: Document, cursor_offset: int, history, tokeni
     except ValueError as exc:
         raise NextEditUnsupported(str(exc)) from exc
     return RewritePrompt(rendered.prompt_ids, rendered.draft_ids, start, end, region_text, rendered.end_marker,
-                         chosen in CHAT_FORMATS, chosen, rendered.trailing_break)
+                         chosen in CHAT_FORMATS, chosen, rendered.trailing_break, diffs[-1] if diffs else "")

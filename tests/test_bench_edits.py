@@ -232,7 +232,7 @@ def test_the_dev_and_test_splits_share_no_file_and_hold_every_case(tmp_path):
 def test_summarise_separates_the_prefill_from_the_speedup():
     def row(latency_ms, prefill_ms, tokens, passes, exact=True):
         return {"exact": exact, "exact_text": exact, "parses": True, "unchanged": False, "reversal": False,
-                "outside": 0 if exact else 2, "tokens": tokens, "passes": passes, "latency_ms": latency_ms,
+                "withheld": not exact, "outside": 0 if exact else 2, "tokens": tokens, "passes": passes, "latency_ms": latency_ms,
                 "prefill_ms": prefill_ms, "prompt_tokens": 1000, "identical": True, "parted": None}
 
     plain = [row(50_000, 10_000, 100, 100), row(30_000, 10_000, 60, 60)]
@@ -242,6 +242,7 @@ def test_summarise_separates_the_prefill_from_the_speedup():
     assert summary["speedup_after_prefill"] == round(60_000 / 9_000, 2)
     assert summary["tokens_per_pass"] == round(160 / 18, 2) and summary["prefill_ms_p50"] == 10_000
     assert summary["exact"] == 0.5 and summary["outside"] == 0.5 and summary["reversal"] == 0
+    assert summary["withheld"] == 0.5
     no_reference = summarise(spec, None)
     assert "speedup" not in no_reference and no_reference["identical_to_plain"] is None
 
@@ -336,7 +337,7 @@ def test_a_suggestion_is_scored_over_the_span_it_replaces_the_region_widened():
     parser = parser_for("python")
 
     def score(span_start, text):
-        return _score(case, SimpleNamespace(prompt=prompt, start=span_start, end=end, text=text), expected, parser)
+        return _score(case, SimpleNamespace(prompt=prompt, start=span_start, end=end, text=text, withheld=False), expected, parser)
 
     # the answer began with the line above the region, as it is: scored over the widened span, exact
     widened = score(comment, "    # the circle's area\n" + expected + "\n")
@@ -363,7 +364,7 @@ def test_a_suggestion_carried_past_its_region_is_exact_when_right_over_its_span(
     prompt = SimpleNamespace(region_start=start, region_end=end)
 
     def score(text):
-        return _score(case, SimpleNamespace(prompt=prompt, start=start, end=last, text=text), expected,
+        return _score(case, SimpleNamespace(prompt=prompt, start=start, end=last, text=text, withheld=False), expected,
                       parser_for("python"))
 
     carried = score(expected + "\n    return full * scale, r")
