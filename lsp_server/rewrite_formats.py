@@ -6,8 +6,9 @@ what changes (the recent edits, the region): a prompt computed ahead (:mod:`lsp_
 keeps its prefix through the next edit.
 
 * ``chat``: the tokenizer's chat template; a system turn (rewrite the region, carrying the edits
-  through), a user turn (the file, the recent edits as unified diffs, the region alone in a code block,
-  a sentence naming the latest edit where :mod:`lsp_server.edit_summary` recognises it, the instruction),
+  through), a user turn (the file with a ``... the region ...`` comment line in the region's place, the
+  recent edits as unified diffs, the region in a code block, a sentence naming the latest edit where
+  :mod:`lsp_server.edit_summary` recognises it, the instruction),
   the assistant turn pre-filled with ``"```<language>\\n"``; the answer ends with
   ``"\\n```"``.
 * ``plain``: for code models without a chat template: the file with the region between ``region:`` /
@@ -48,6 +49,7 @@ ZETA_INSTRUCTION = ("You are a code completion assistant and your task is to ana
                     "into account the cursor location.")
 REGION_START, REGION_END, CURSOR = "<|editable_region_start|>", "<|editable_region_end|>", "<|user_cursor_is_here|>"
 FILE_SEP = "<|file_sep|>"
+REGION_HOLE = "... the region ..."  # chat: the comment line that stands for the region in the file
 
 
 @dataclass(frozen=True)
@@ -111,10 +113,15 @@ def _chat(tokenizer, user: str, assistant_start: str, system: str | None) -> lis
 
 def _chat_format(tokenizer, p: RewriteParts) -> Rendered:
     edits = "\n".join(p.diffs) if p.diffs else "(none)"
-    # The region is shown twice, in the file and alone: with markers inside the file (``<region>`` lines)
-    # the real 1.5B copied the markers into its answer.
-    user = (f"The file {p.name}:\n```{p.language}\n{p.before}{p.region}{p.after}\n```\n\nRecent edits to {p.name}:\n"
-            f"```diff\n{edits}\n```\n\nThe region:\n```{p.language}\n{p.region}\n```\n\n"
+    # The region is shown once, after the edits, and a comment line stands in its place in the file: the
+    # file stays the prompt's start through edits inside the region (docs/next-edit.md). Markers around the
+    # region inside the file: the real 1.5B copied them into its answer.
+    first = p.region.split("\n", 1)[0]
+    hole = f"{p.comment} {REGION_HOLE}"
+    indented = f"{first[:len(first) - len(first.lstrip())]}{hole}"
+    user = (f"The file {p.name}, the region left out:\n```{p.language}\n{p.before}{indented}{p.after}\n```\n\n"
+            f"Recent edits to {p.name}:\n```diff\n{edits}\n```\n\n"
+            f"The region (it stands where the file says `{hole}`):\n```{p.language}\n{p.region}\n```\n\n"
             f"{p.summary + ' ' if p.summary else ''}{INSTRUCTION}")
     ids = _chat(tokenizer, user, f"```{p.language}\n", SYSTEM_PROMPT)
     return Rendered(ids, encode(tokenizer, _draft(p) + CHAT_END_MARKER), CHAT_END_MARKER, False)

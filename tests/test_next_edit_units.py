@@ -177,7 +177,9 @@ def test_chat_format_prefills_the_code_block_and_splits_special_tokens_in_code(s
     assert prompt.chat and prompt.end_marker == CHAT_END_MARKER
     rendered = tokenizer.decode(prompt.prompt_ids, skip_special_tokens=False)
     assert rendered.endswith("<|fim_pad|>assistant\n```python\n")
-    assert "The region:\n```python\ndef scale(values, factor):" in rendered and "(none)" in rendered
+    assert "says `# ... the region ...`):\n```python\ndef scale(values, factor):" in rendered and "(none)" in rendered
+    assert rendered.count("def scale(values, factor):") == 1  # the region is shown once; the file has a line for it
+    assert "import os\n\n\n# ... the region ...\n\n\ndef main():" in rendered
     assert prompt.prompt_ids.count(tokenizer.convert_tokens_to_ids("<|endoftext|>")) == 2  # the two turns' ends only
     assert tokenizer.decode(prompt.draft_ids) == prompt.region_text + "\n```"
 
