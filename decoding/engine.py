@@ -300,6 +300,7 @@ class Engine:
         should_stop: Callable[[], bool] | None = None,
         chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
         spare: bool = False,
+        preempt: Callable[[], bool] | None = None,
     ) -> int:
         """Put ``prompt_ids`` into the KV caches of ``cache_key`` (the target's, then the draft model's
         if one is loaded) ahead of a :meth:`generate` or :meth:`rewrite` of a prompt that starts with it.
@@ -318,6 +319,8 @@ class Engine:
             spare: into the spare caches of ``cache_key`` (a prompt likely next; the key's prompt in use
                 stays cached): a later :meth:`generate` or :meth:`prefill` of a prompt that shares more
                 with it than with the main caches uses it.
+            preempt: polled as ``should_stop`` and also between the model's layers: the piece in flight
+                is dropped (:meth:`decoding.kv_cache.KVCacheState.prefill`).
         Returns:
             Prompt tokens fed into the target's cache by this call (the draft model's may differ).
         Raises:
@@ -333,12 +336,14 @@ class Engine:
             raise ValueError("a spare prefill needs a cache key")
         if cache_key is not None:
             self._use_cache(cache_key, prompt_ids, spare)
-        poll = should_stop if should_stop is not None else lambda: False
+        def poll() -> bool:
+            return (should_stop is not None and should_stop()) or (preempt is not None and preempt())
+
         if poll():
             return 0
-        target = self.generator.state.prefill(prompt_ids, chunk_tokens, should_stop)
+        target = self.generator.state.prefill(prompt_ids, chunk_tokens, should_stop, preempt)
         if self.model_drafter is not None and not target.stopped and not poll():
-            self.model_drafter.state.prefill(prompt_ids, chunk_tokens, should_stop)
+            self.model_drafter.state.prefill(prompt_ids, chunk_tokens, should_stop, preempt)
         return target.fed
 
     def generate(

@@ -16,6 +16,7 @@ in that state (the prompt minus its last token), for the generation loop and for
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +40,17 @@ def logits_width(model) -> int:
     if isinstance(width, int) and not hasattr(model, "get_output_embeddings"):
         return width
     return int(model.get_output_embeddings().weight.shape[0])
+
+
+class Preempted(Exception):
+    """Raised between a model's layers when a prefill's ``preempt`` turns true (caught by the prefill)."""
+
+
+def decoder_layers(model) -> list:
+    """The decoder layers of a transformers causal LM (``model.model.layers``), or ``[]`` where it has no
+    such list (another kind of model: it is preempted between pieces only)."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    return list(layers) if isinstance(layers, torch.nn.ModuleList) else []
 
 
 @dataclass(frozen=True)
@@ -97,25 +109,55 @@ class KVCacheState:
         return token_ids[keep:]
 
     def prefill(self, token_ids: list[int], chunk_tokens: int = 0,
-                should_stop: Callable[[], bool] | None = None) -> Prefill:
+                should_stop: Callable[[], bool] | None = None, preempt: Callable[[], bool] | None = None) -> Prefill:
         """Bring the cache to ``token_ids`` minus the last token (the loop's invariant: the next pass
         feeds that one), reusing the longest cached common prefix (:meth:`sync`) and feeding the rest.
 
         With ``should_stop`` the rest is fed in pieces of ``chunk_tokens`` tokens (0: one piece) and
         ``should_stop`` is polled between pieces, not before the first; when it returns True feeding
         stops and the pieces fed stay cached. Without it there is nothing to poll: one piece.
+        ``preempt`` is polled between pieces and also before each decoder layer (:func:`decoder_layers`)
+        within one: when it returns True the piece in flight is dropped (its layers cropped back) and
+        feeding stops, the pieces before it cached (for a prefill nobody waits for, stopped at once).
 
         Raises:
             ValueError: if ``token_ids`` is empty.
         """
         pending = self.sync(token_ids)  # the uncached tokens, the last always among them
         reused, to_feed = len(token_ids) - len(pending), pending[:-1]
-        step = chunk_tokens if should_stop is not None and chunk_tokens > 0 else max(len(to_feed), 1)
-        for start in range(0, len(to_feed), step):
-            if start and should_stop():  # superseded: what is cached so far serves the next prompt
-                return Prefill(reused, start, stopped=True)
-            self.forward(to_feed[start : start + step], logits_to_keep=1)
+        pieces = should_stop is not None or preempt is not None
+        step = chunk_tokens if pieces and chunk_tokens > 0 else max(len(to_feed), 1)
+
+        def stop() -> bool:
+            return (should_stop is not None and should_stop()) or (preempt is not None and preempt())
+
+        with self._preemptible(preempt):
+            for start in range(0, len(to_feed), step):
+                if start and stop():  # superseded: what is cached so far serves the next prompt
+                    return Prefill(reused, start, stopped=True)
+                try:
+                    self.forward(to_feed[start : start + step], logits_to_keep=1)
+                except Preempted:
+                    return Prefill(reused, start, stopped=True)
         return Prefill(reused, len(to_feed), stopped=False)
+
+    @contextmanager
+    def _preemptible(self, preempt: Callable[[], bool] | None):
+        """Within it, a forward raises :class:`Preempted` before a decoder layer once ``preempt()`` is true."""
+        if preempt is None:
+            yield
+            return
+
+        def check(module, args):
+            if preempt():
+                raise Preempted
+
+        handles = [layer.register_forward_pre_hook(check) for layer in decoder_layers(self.model)]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
 
     def keep(self, prefix: int, extra: list[int]) -> None:
         """Keep the first ``prefix`` cached positions and then the positions ``extra`` (ascending
@@ -158,6 +200,13 @@ class KVCacheState:
             extra = {} if attention_mask is None else {"attention_mask": attention_mask, "position_ids": position_ids}
             out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep,
                              **extra)
+        except Preempted:  # the layers before the preempted one appended the new positions: drop them
+            for layer in self.cache.layers:
+                extra = layer.get_seq_length() - len(self.token_ids)
+                if extra > 0:
+                    layer.crop(-extra)
+            self._check()
+            raise
         except BaseException:
             # Layers before the failing one already appended the new positions: start over empty
             # rather than keep a cache that disagrees with token_ids.

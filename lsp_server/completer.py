@@ -223,9 +223,11 @@ def rewrite(backend: GenerationBackend, request: CompletionRequest, history=(), 
 def prefill_rewrite(backend: GenerationBackend, request: CompletionRequest, history=(),
                     should_stop: Callable[[], bool] | None = None) -> int:
     """Compute the rewrite prompt of the request's cursor ahead of a next-edit request for it (into the
-    document's next-edit cache, in a request's pieces, ``should_stop`` polled between them): a
-    :func:`rewrite` of the same document, cursor region and edits then prefills nothing but its last token. Returns the prompt tokens
-    computed (0 for a blank region, a remote engine, or a stop before any piece).
+    document's next-edit cache, in a rewrite's pieces, ``should_stop`` polled between them, the request's
+    cancellation also between the model's layers: a change drops the piece in flight at once): a
+    :func:`rewrite` of the same document, cursor region and edits then prefills nothing but its last
+    token. Returns the prompt tokens computed (0 for a blank region, a remote engine, or a stop before
+    any piece).
 
     Raises:
         lsp_server.rewrite_prompt.NextEditUnsupported: the model cannot write rewrites.
@@ -233,7 +235,8 @@ def prefill_rewrite(backend: GenerationBackend, request: CompletionRequest, hist
     prompt = _rewrite_prompt(backend, request, history)
     if prompt is None:
         return 0
-    return backend.prefill(prompt.prompt_ids, rewrite_cache_key(request.uri), should_stop or (lambda: False))
+    return backend.prefill(prompt.prompt_ids, rewrite_cache_key(request.uri), should_stop or (lambda: False),
+                           preempt=request.cancelled.is_set)
 
 
 def rewrite_cache_key(uri: str) -> tuple[str, str]:

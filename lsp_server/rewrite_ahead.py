@@ -4,13 +4,15 @@ A next-edit suggestion's time on a CPU is mostly the prefill of its ~1,000-token
 is known as soon as the user stops editing: the region around the cursor, the file around it and the
 recent edits. So when a document with recent edits has had no change for ``SETTLED_S`` (a pause; the
 edit history's coalescing window, 1.5 s, would leave most of the prefill to a request asked 2 s after
-the edit), the rewrite prompt for the cursor the last change left is computed on the model thread (:meth:`lsp_server.session.ModelSession.prefill_rewrite`),
-in a request's 128-token pieces that yield to any queued work, into the document's next-edit cache. A
-``speclsp/nextEdit`` request for that cursor then finds its prompt computed but for the last token. A
-new change cancels the timer or the prefill (it is in the pipeline's in-flight table under
-``REWRITE_AHEAD``), and the pieces fed stay cached: the prompt puts the file around the region first, so
-the next pause recomputes only from the region on. A request that arrives while it runs queues behind
-its current piece.
+the edit), the rewrite prompt for the cursor the last change left is computed on the model thread
+(:meth:`lsp_server.session.ModelSession.prefill_rewrite`), in a rewrite's 256-token pieces that yield to
+any queued work, into the document's next-edit cache. A ``speclsp/nextEdit`` request for that cursor then
+finds its prompt computed but for the last token. A new change cancels the timer or the prefill (it is in
+the pipeline's in-flight table under ``REWRITE_AHEAD``): the piece in flight is dropped between the
+model's layers (:meth:`decoding.kv_cache.KVCacheState.prefill`), so the key's completion does not wait
+for it, and the pieces before stay cached: the prompt puts the file around the region first, so the next
+pause recomputes only from the region on. A request that arrives while it runs queues behind its current
+piece (which a request for the same prompt needs anyway).
 
 It computes what the request would compute (the same prompt), so exactness is the request's; what it
 can waste is one prompt's prefill for a suggestion never asked for. The ``nextEditPrefill`` setting turns

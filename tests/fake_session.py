@@ -60,7 +60,7 @@ class FakeBackend:
     def forget_cache(self, cache_key) -> None:
         pass
 
-    def prefill(self, prompt_ids, cache_key, should_stop, spare=False) -> int:
+    def prefill(self, prompt_ids, cache_key, should_stop, spare=False, preempt=None) -> int:
         return 0
 
 

@@ -81,6 +81,32 @@ def test_a_stopped_prefill_computed_only_its_first_piece_and_keeps_it(engine, pr
     assert engine.prefill(prompt, "stopped", lambda: True) == 0  # stopped before any work
 
 
+def test_a_preempted_prefill_drops_the_piece_in_flight_between_layers_and_keeps_the_ones_before(engine, prompt):
+    from decoding.kv_cache import decoder_layers
+
+    layers = decoder_layers(engine.target.model)
+    assert len(layers) > 2
+    polls = []
+
+    def preempt() -> bool:  # true before the second layer of the second piece
+        polls.append(len(engine.generator.state))
+        # the poll before any work, the first piece's layers, the poll between pieces, the second's first layer
+        return len(polls) > 1 + len(layers) + 1 + 1
+
+    fed = engine.prefill(prompt, "preempted", lambda: False, chunk_tokens=CHUNK, preempt=preempt)
+    assert fed == CHUNK and cached(engine) == (CHUNK, 0)  # the second piece dropped, the draft model not fed
+    assert engine.generator.state.token_ids == prompt[:CHUNK]
+    assert all(layer.get_seq_length() == CHUNK for layer in engine.generator.state.cache.layers)
+    assert len(polls) == 1 + len(layers) + 1 + 2  # stopped at the layer it became true before, not at the piece's end
+    # What stays cached is right: the rest fed on top gives the text of a cold generation, to the bit.
+    engine.prefill(prompt, "preempted", lambda: False, chunk_tokens=CHUNK)
+    warm = engine.generate(prompt, GREEDY, mode="none", cache_key="preempted")
+    cold = engine.generate(prompt, GREEDY, mode="none", cache_key="preempted-cold")
+    assert warm.stats.prefill_reused == len(prompt) - 1 and warm.token_ids == cold.token_ids
+    assert not any(layer._forward_pre_hooks for layer in layers)  # the hooks are gone
+    assert engine.prefill(prompt[:-5] + [1, 2, 3, 4, 5], "preempted", lambda: False, preempt=lambda: True) == 0
+
+
 def test_prefill_refuses_bad_arguments_and_other_threads(engine, prompt):
     with pytest.raises(ValueError, match="at least one token"):
         engine.prefill([], "bad")

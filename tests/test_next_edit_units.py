@@ -194,3 +194,34 @@ def test_a_model_without_chat_template_or_fim_is_refused(starter_tokenizer):
 def test_a_blank_region_gives_no_prompt(starter_tokenizer):
     capabilities = read_capabilities(starter_tokenizer)
     assert build_rewrite_prompt(doc("\n\n\n"), 1, [], starter_tokenizer, capabilities, 1) is None
+
+
+def test_the_prefill_ahead_is_preempted_by_the_requests_cancellation(starter_tokenizer):
+    from types import SimpleNamespace
+
+    from lsprotocol import types
+
+    from lsp_server import completer, request
+    from lsp_server.settings import Settings
+    from lsp_server.workspace.positions import codec_for
+
+    calls = []
+
+    class RecordingBackend:
+        tokenizer, capabilities, completion_stop_ids = starter_tokenizer, read_capabilities(starter_tokenizer), frozenset()
+
+        def describe(self):
+            return SimpleNamespace(target="starter")
+
+        def prefill(self, prompt_ids, cache_key, should_stop, spare=False, preempt=None):
+            calls.append((cache_key, should_stop, spare, preempt))
+            return len(prompt_ids) - 1
+
+    resolved = request.resolve_request(doc(FUNCTION), types.Position(line=3, character=10), codec_for("utf-32"),
+                                       Settings())
+    assert completer.prefill_rewrite(RecordingBackend(), resolved, ["-old\n+new"], lambda: False) > 0
+    (cache_key, should_stop, spare, preempt), = calls
+    assert cache_key == completer.rewrite_cache_key(resolved.uri) and not spare and not should_stop()
+    assert not preempt()
+    resolved.cancelled.set()  # a change cancels the request: the piece in flight is dropped
+    assert preempt()

@@ -131,8 +131,9 @@ class GenerationBackend(Protocol):
         """Drop the KV caches kept under ``cache_key`` (a document closed)."""
 
     def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool],
-                spare: bool = False) -> int:
+                spare: bool = False, preempt: Callable[[], bool] | None = None) -> int:
         """Compute ``prompt_ids`` into the KV cache of ``cache_key`` ahead of a request whose prompt starts
-        with them, in pieces polled with ``should_stop``; returns the prompt tokens computed (0 for a remote
-        engine, which keeps its own cache). ``spare``: into the key's spare cache, beside the prompt in use
-        (:meth:`decoding.engine.Engine.prefill`), in small pieces."""
+        with them, in a rewrite's pieces polled with ``should_stop`` and ``preempt`` (also polled between
+        the model's layers, dropping the piece in flight); returns the prompt tokens computed (0 for a
+        remote engine, which keeps its own cache). ``spare``: into the key's spare cache, beside the prompt
+        in use (:meth:`decoding.engine.Engine.prefill`), in small pieces."""

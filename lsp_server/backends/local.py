@@ -10,12 +10,13 @@ from collections.abc import Callable, Hashable, Set
 from typing import TYPE_CHECKING
 
 from decoding.engine import Engine
-from decoding.types import DEFAULT_PREFILL_CHUNK_TOKENS, Generation, GenerationConfig
+from decoding.types import REWRITE_PREFILL_CHUNK_TOKENS, Generation, GenerationConfig
 from lsp_server.backends.base import GenerationBackend, LoadedModels
 
 # A spare prefill in idle time yields to a request after at most this many tokens. Any other prefill ahead
-# (a next-edit prompt after an edit burst) runs in a request's own pieces: it holds the model thread no
-# longer than a request superseded mid-prefill does, and a 32-token piece computes at a third of the rate.
+# (a next-edit prompt after an edit burst) runs in a rewrite's own pieces and is preempted between the
+# model's layers when the document changes (a key), so a key does not wait for its piece; a queued
+# request waits for the piece, which a request for the same prompt needs anyway.
 SPARE_CHUNK_TOKENS = 32
 
 if TYPE_CHECKING:
@@ -71,11 +72,11 @@ class LocalBackend:
         self.engine.forget_cache(cache_key)
 
     def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool],
-                spare: bool = False) -> int:
+                spare: bool = False, preempt: Callable[[], bool] | None = None) -> int:
         """:meth:`decoding.engine.Engine.prefill` (the chunks polled with ``should_stop``)."""
         return self.engine.prefill(prompt_ids, cache_key=cache_key, should_stop=should_stop,
-                                   chunk_tokens=SPARE_CHUNK_TOKENS if spare else DEFAULT_PREFILL_CHUNK_TOKENS,
-                                   spare=spare)
+                                   chunk_tokens=SPARE_CHUNK_TOKENS if spare else REWRITE_PREFILL_CHUNK_TOKENS,
+                                   spare=spare, preempt=preempt)
 
 
 def as_backend(backend_or_engine: Engine | GenerationBackend) -> GenerationBackend:

@@ -168,7 +168,7 @@ class RemoteBackend:
         pass
 
     def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool],
-                spare: bool = False) -> int:
+                spare: bool = False, preempt: Callable[[], bool] | None = None) -> int:
         return 0
 
     def _headers(self) -> dict[str, str]:
