@@ -21,8 +21,8 @@ region holds none of the follow-ups, or cuts one in two, is skipped and counted.
 Reported per format, workload and mode (scores: :mod:`bench.edit_scoring`): the share of suggestions
 equivalent to the expected region (``exact``: the same Python and comments; a new argument by keyword or
 by position), equal as text, after which the document parses (tree-sitter), left unchanged, that undid
-the user's edit (``reversal``), that the server withheld because the model's answer undid it
-(``withheld``, :mod:`lsp_server.rewrite_guard`; such a case scores as unchanged), that changed a line outside the edit's reach (``outside``); tokens per
+the user's edit (``reversal``), that the server withheld because the model's answer undid it or
+dropped most of the region (``withheld``, :mod:`lsp_server.rewrite_guard`; such a case scores as unchanged), that changed a line outside the edit's reach (``outside``); tokens per
 target pass, the speedup over plain greedy, p50/p95 latency (ms) cold and ready, and whether every
 drafted output equals plain greedy token for token (a verify pass runs other matmul shapes than
 one-token decoding, so a genuine near-tie of the top two logits can part them: see docs/cases.md D7;

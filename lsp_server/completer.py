@@ -32,7 +32,7 @@ from lsp_server.syntax import syntax_window
 from lsp_server.related_files import context_documents, label, related_files
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest
-from lsp_server.rewrite_guard import undoes_edit
+from lsp_server.rewrite_guard import withholds
 from lsp_server.rewrite_prompt import RewritePrompt, build_rewrite_prompt
 from lsp_server.rewrite_span import covered_span
 from lsp_server.text_edits import Replacement, minimal_edits
@@ -155,7 +155,7 @@ class Rewrite:
     ms: dict[str, float] = field(default_factory=dict)  # context, engine, postprocess
     start: int | None = None  # the span ``text`` replaces, code points into the request's document text: the
     end: int | None = None  # region (None), widened to the lines around it the answer wrote again (rewrite_span)
-    withheld: bool = False  # the answer undid the user's latest edit (rewrite_guard): the region is left as it is
+    withheld: bool = False  # not shown (rewrite_guard: it undid the latest edit or dropped most of the region)
     mode = None  # no completion mode (for the tracer)
 
     def __post_init__(self):
@@ -212,7 +212,7 @@ def rewrite(backend: GenerationBackend, request: CompletionRequest, history=(), 
             answer = answer[:-1]
         text = to_document_text(answer, line_ending(document.text))
         start, end, text = covered_span(document, start, end, text)
-        withheld = undoes_edit(document.text[start:end], text, prompt.latest_diff)
+        withheld = withholds(document.text[start:end], text, prompt.latest_diff)
         if withheld:  # not shown: see lsp_server.rewrite_guard
             start, end, text = prompt.region_start, prompt.region_end, prompt.region_text
         edits = minimal_edits(document.text[start:end], text, start)

@@ -108,3 +108,22 @@ def test_the_server_withholds_a_rewrite_that_undoes_the_edit(carried):
         assert [text[start:end] + ">" + new for start, end, new in result.edits] == ["device>device_value"]
     else:
         assert result.edits == [] and result.text == result.prompt.region_text
+
+
+def test_a_rewrite_that_drops_most_of_the_region_is_withheld_unless_the_user_is_deleting():
+    from lsp_server.rewrite_guard import MIN_DROPPED_LINES, drops_region, withholds
+
+    region = "\n".join(f"    line_{i} = {i}" for i in range(20))
+    tail = "\n".join(region.split("\n")[-3:])  # the 1.5B wrote back only the last 3 of 20 lines
+    assert drops_region(region, tail, KEYWORD_DIFF) and withholds(region, tail, KEYWORD_DIFF)
+    assert drops_region(region, tail, "")  # no recorded edit: the same
+    kept = "\n".join(region.split("\n")[:11])  # 11 of 20 kept: more than half
+    assert not drops_region(region, kept, KEYWORD_DIFF)
+    short = "a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nf = 6"
+    assert not drops_region(short, "a = 1\nb = 2\nc = 3", KEYWORD_DIFF)  # 3 gone: fewer than MIN_DROPPED_LINES
+    assert MIN_DROPPED_LINES == 4 and drops_region(short + "\ng = 7\nh = 8", "a = 1\nb = 2\nc = 3", KEYWORD_DIFF)
+    deleting = "--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,1 @@\n     line_0 = 0\n-    line_1 = 1"
+    assert not drops_region(region, tail, deleting)  # the user deletes lines: the rewrite may follow
+    assert not withholds(region, region.replace("line_5 = 5", "line_5 = 50"), KEYWORD_DIFF)
+    # blank lines do not count as lines kept or dropped
+    assert drops_region(region.replace("\n", "\n\n"), tail, KEYWORD_DIFF)
