@@ -85,20 +85,29 @@ def encode(tokenizer, text: str, split_special: bool = True) -> list[int]:
     return tokenizer(text, add_special_tokens=False, split_special_tokens=split_special)["input_ids"]
 
 
+def _diff_body(diff: str):
+    """(kind, text) of each line of a unified diff, headers left out: kind ``-``, ``+`` or another
+    (a context line)."""
+    for line in diff.split("\n"):
+        if not line.startswith(("---", "+++", "@@")):
+            yield line[:1], line[1:]
+
+
 def split_diff(diff: str) -> tuple[str, str]:
     """(original, updated) lines of a unified diff (headers left out)."""
     original, updated = [], []
-    for line in diff.split("\n"):
-        if line.startswith(("---", "+++", "@@")):
-            continue
-        if line.startswith("-"):
-            original.append(line[1:])
-        elif line.startswith("+"):
-            updated.append(line[1:])
-        else:
-            original.append(line[1:])
-            updated.append(line[1:])
+    for kind, text in _diff_body(diff):
+        if kind != "+":
+            original.append(text)
+        if kind != "-":
+            updated.append(text)
     return "\n".join(original), "\n".join(updated)
+
+
+def changed_lines(diff: str) -> tuple[list[str], list[str]]:
+    """(removed lines, added lines) of a unified diff, without their ``-`` / ``+`` and headers."""
+    body = list(_diff_body(diff))
+    return [text for kind, text in body if kind == "-"], [text for kind, text in body if kind == "+"]
 
 
 def _chat(tokenizer, user: str, assistant_start: str, system: str | None) -> list[int]:

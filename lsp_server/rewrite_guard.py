@@ -13,20 +13,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from lsp_server.rewrite_formats import changed_lines
+
 MIN_DROPPED_LINES = 4  # drops_region: fewer non-blank lines gone is never "most of the region"
-
-
-def changed_lines(diff: str) -> tuple[list[str], list[str]]:
-    """(removed lines, added lines) of a unified diff, without their ``-`` / ``+`` and headers."""
-    removed, added = [], []
-    for line in diff.split("\n"):
-        if line.startswith(("---", "+++", "@@")):
-            continue
-        if line.startswith("-"):
-            removed.append(line[1:])
-        elif line.startswith("+"):
-            added.append(line[1:])
-    return removed, added
 
 
 def _line_counts(text: str) -> Counter:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.rewrite_guard import changed_lines, undoes_edit
+from lsp_server.rewrite_formats import changed_lines
+from lsp_server.rewrite_guard import undoes_edit
 
 pytestmark = pytest.mark.unit
 
