@@ -8,6 +8,15 @@ Yang et al. 2023, "Inference with Reference").
 
 The committed tokens are searched directly (:class:`TokenBuffer`); the extra sources live in one
 :class:`decoding.drafters.ngram_store.NgramStore`, a dictionary probe per n-gram length.
+
+A chain draft also locks onto the place it copied from: a :class:`decoding.drafters.region.RegionDrafter`
+over the next :data:`FOLLOW_TOKENS` tokens there follows what the target writes, rejoins the copy where
+the target parted from it and rejoined it, and learns the changes it made there
+(:mod:`decoding.drafters.substitutions`). Once the lock has followed :data:`FOLLOW_AFTER` tokens, its
+draft comes first while it is aligned for sure; while it is lost or on an unconfirmed guess, the lookup
+drafts; it locks again unless the lock is on such a guess, which the next round may confirm. So a function written again with
+a name renamed drafts each later occurrence of the name renamed, where a lookup of the renamed name
+would find only the target's own recent text.
 """
 
 from __future__ import annotations
@@ -16,9 +25,15 @@ from collections.abc import Mapping, Sequence
 
 from decoding.drafters.base import Draft, DraftContext, Drafter
 from decoding.drafters.ngram_store import NgramStore
+from decoding.drafters.region import RegionDrafter
+from decoding.drafters.substitutions import Substitutions
 from decoding.drafters.token_buffer import TokenBuffer
 from decoding.tree import DraftTree
 from decoding.types import NgramConfig  # defined there (torch-free); imported here too
+
+FOLLOW_TOKENS = 512  # tokens of the copied place a lock follows
+FOLLOW_AFTER = 2  # generated tokens a lock must have followed before its drafts come first
+FOLLOW_REACH = 32  # how far from where it parted a lock re-anchors, in tokens (farther: the lookup's job)
 
 
 class NgramDrafter(Drafter):
@@ -52,13 +67,27 @@ class NgramDrafter(Drafter):
             for name, tokens in reversed(list((sources or {}).items())):  # the first entry is the most recent
                 self.store.put(name, None, tokens)
         self._context = TokenBuffer(self.config)
+        self._lock: tuple[str, RegionDrafter] | None = None  # (source name, follower) of the last copy
+        self.substitutions = Substitutions()
 
     def _sync_context(self, token_ids: list[int]) -> None:
         held = self._context.tokens
         if len(held) <= len(token_ids) and token_ids[: len(held)] == held:
             self._context.extend(token_ids[len(held) :])
-        else:
+        else:  # another generation: nothing learned from the last one applies
             self._context = TokenBuffer(self.config, token_ids)
+            self._lock, self.substitutions = None, Substitutions()
+
+    def _followed(self, context: DraftContext) -> Draft | None:
+        """The lock's draft once it has followed :data:`FOLLOW_AFTER` tokens and is aligned for sure (not
+        on a one-token rejoin that the target has not confirmed yet), else ``None``."""
+        if self._lock is None:
+            return None
+        name, follower = self._lock
+        draft = follower.propose(context)
+        if draft is None or follower.matched < FOLLOW_AFTER or follower.tentative:
+            return None
+        return Draft(tokens=draft.tokens, draft_probs=None, source=f"ngram:{name}")
 
     def _matches(self, suffix: list[int]):
         """``(n, order, tokens, positions)`` per match, longest first and the committed tokens
@@ -85,6 +114,9 @@ class NgramDrafter(Drafter):
                 return Draft(tokens=list(tree.tokens), draft_probs=None, source=f"ngram-tree:{matches[0][2]}", tree=tree)
             _, _, source_name, tokens, positions = matches[0]
         else:
+            followed = self._followed(context)
+            if followed is not None:
+                return followed
             best = self._context.lookup(suffix)
             source_name, tokens, position = "context", self._context.tokens, best[1] if best else 0
             for n, places in self.store.matches(suffix):  # longest first: only the first length matters
@@ -94,7 +126,15 @@ class NgramDrafter(Drafter):
                 break
             if best is None:
                 return None
-            positions = [position]
+            if self._lock is not None and self._lock[1].tentative and self._lock[1].matched >= FOLLOW_AFTER:
+                positions = [position]  # the lock may be confirmed next round: keep it, and what it may learn
+            else:
+                follower = RegionDrafter(tokens[position : position + FOLLOW_TOKENS], len(context.token_ids),
+                                         name=source_name, substitutions=self.substitutions,
+                                         anchor_reach=FOLLOW_REACH)
+                self._lock = (source_name, follower)
+                draft = follower.propose(context)
+                return Draft(tokens=draft.tokens, draft_probs=None, source=f"ngram:{source_name}") if draft else None
         draft = tokens[positions[0] : positions[0] + context.max_tokens]
         return Draft(tokens=draft, draft_probs=None, source=f"ngram:{source_name}") if draft else None
 
