@@ -253,7 +253,7 @@ class Engine:
         others = self._drafters(mode, sources)
         if mode == "none":
             return None
-        region = RegionDrafter(draft_ids, prompt_len)
+        region = RegionDrafter(draft_ids, prompt_len, substitutions=Substitutions())
         caps = {d.name: config.max_draft_tokens for d in others} | {region.name: config.max_region_draft_tokens}
         return SwitchingDrafter([region, *others], self.rewrite_policy, caps=caps, idle_passed_over=True)
 
