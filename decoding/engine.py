@@ -35,8 +35,8 @@ from decoding.drafters.ngram import NgramDrafter
 from decoding.drafters.ngram_store import NgramStore
 from decoding.drafters.region import REGION_SOURCE, RegionDrafter
 from decoding.drafters.staged import StagedDrafter
-from decoding.drafters.switching import SwitchingDrafter
 from decoding.drafters.substitutions import Substitutions
+from decoding.drafters.switching import SwitchingDrafter
 from decoding.generate import SpeculativeGenerator
 from decoding.kv_cache import KVCacheState, cache_state
 from decoding.loading import LoadedModel, check_draft_compatible, load_model
