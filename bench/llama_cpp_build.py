@@ -12,7 +12,8 @@ Cache layout (root: :func:`decoding.gguf_models.cache_root`)::
     peers/llama.cpp-<version>/build.json the stamp (version, sdist sha256, CMake flags), written last
 
 A build runs in a temporary sibling directory renamed into place when complete, under a file lock, so
-a killed build is never taken for a done one. It is a benchmark peer, not a runtime dependency.
+a killed build is never taken for a done one. It is a benchmark peer, not a runtime dependency; where
+it is built, the ``engine: llama.cpp`` setting loads its libllama (:data:`decoding.llama_cpp_model.PEER_LIBRARIES`).
 
 :func:`install_binding` installs llama-cpp-python (the same llama.cpp as a Python binding, for the
 ``engine: llama.cpp`` setting) into the running Python with the same instruction-set flags.

@@ -16,7 +16,8 @@ import torch
 from bench.decode import divergence_within_noise
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import GenerationConfig
-from decoding.llama_cpp_model import LlamaCppState, TreeUnsupported
+from decoding.errors import ModelLoadError
+from decoding.llama_cpp_model import LlamaCppState, TreeUnsupported, llama_cpp, loaded_library, peer_library_dir
 from decoding.model_names import pack_available
 from decoding.model_packs import INSTALL_COMMAND, PACKS
 from lsp_server.backends.local import as_backend
@@ -47,10 +48,20 @@ def engine() -> Engine:
     missing = [name for name in PACKS if not pack_available(name)]
     _require(not missing, f"model packs {missing} not installed ({INSTALL_COMMAND})")
     try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
+        llama_cpp()  # the engine's own import: it picks the library
+    except ModelLoadError:
         _require(False, "llama-cpp-python not installed (pip install 'speclsp[llamacpp]')")
     return Engine.load(EngineConfig(model=TARGET, draft_model=DRAFT, engine="llama.cpp"))
+
+
+def test_the_peer_build_library_is_loaded_when_it_is_built(engine):
+    # CI builds the peer (speclsp bench peers --build) before the tests: the engine runs its llama.cpp
+    from bench.llama_cpp_build import build_dir, is_built
+
+    if not is_built(build_dir()):
+        _require(False, f"the llama.cpp peer build is not in {build_dir()} (speclsp bench peers --build)")
+    assert loaded_library() == str(build_dir() / "bin" / "libllama.so")
+    assert peer_library_dir() is None  # chosen once: the environment now names it
 
 
 def test_the_state_rolls_back_to_exactly_the_kept_tokens(engine):

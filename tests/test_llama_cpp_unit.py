@@ -248,3 +248,26 @@ def test_the_binding_is_compiled_without_native_tuning_and_only_when_missing(mon
     assert command[-1] == llama_cpp_build.BINDING and command[1:4] == ["-m", "pip", "install"]
     assert "--no-cache-dir" in command  # a cached wheel may have been built natively
     assert "-DGGML_NATIVE=OFF" in env["CMAKE_ARGS"].split() and "-DGGML_NATIVE=ON" not in env["CMAKE_ARGS"]
+
+
+def test_the_engine_loads_the_peer_build_library_only_for_the_pinned_pair(monkeypatch):
+    import importlib.metadata
+
+    from decoding import llama_cpp_model
+
+    monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
+    binding = llama_cpp_build.BINDING.split("==")[1]
+    # the pair is the pinned binding and the pinned peer: a version bump of either must revisit it
+    assert llama_cpp_model.PEER_LIBRARIES == {binding: llama_cpp_build.VERSION}
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: binding)
+    assert llama_cpp_model.peer_library_dir() is None  # not built
+    fake_build(llama_cpp_build.build_dir())
+    assert llama_cpp_model.peer_library_dir() is None  # built, but no libllama in it
+    library = llama_cpp_build.build_dir() / "bin"
+    (library / "libllama.so").write_bytes(b"")
+    assert llama_cpp_model.peer_library_dir() == library
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", "/elsewhere")  # the user's choice stands
+    assert llama_cpp_model.peer_library_dir() is None
+    monkeypatch.delenv("LLAMA_CPP_LIB_PATH")
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.3.37")  # another binding's API
+    assert llama_cpp_model.peer_library_dir() is None
