@@ -12,11 +12,15 @@ The committed tokens are searched directly (:class:`TokenBuffer`); the extra sou
 A chain draft also locks onto the place it copied from: a :class:`decoding.drafters.region.RegionDrafter`
 over the next :data:`FOLLOW_TOKENS` tokens there follows what the target writes, rejoins the copy where
 the target parted from it and rejoined it, and learns the changes it made there
-(:mod:`decoding.drafters.substitutions`). Once the lock has followed :data:`FOLLOW_AFTER` tokens, its
-draft comes first while it is aligned for sure; while it is lost or on an unconfirmed guess, the lookup
-drafts; it locks again unless the lock is on such a guess, which the next round may confirm. So a function written again with
-a name renamed drafts each later occurrence of the name renamed, where a lookup of the renamed name
-would find only the target's own recent text.
+(:mod:`decoding.drafters.substitutions`).
+
+* Once the lock has followed :data:`FOLLOW_AFTER` tokens, its draft comes first while it is aligned for
+  sure.
+* While it is lost or on an unconfirmed guess, the lookup drafts. The lookup locks again, unless the lock
+  is on such a guess, which the next round may confirm.
+
+So a function written again with a name renamed drafts each later occurrence of the name renamed. A
+lookup of the renamed name would find only the target's own recent text.
 """
 
 from __future__ import annotations

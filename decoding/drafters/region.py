@@ -153,13 +153,12 @@ class RegionDrafter(Drafter):
                 self.pointer, self.aligned, self._tentative = at + 1, True, True
                 self._pending = (self._parted, at, self._written[:-1])
         if not self.aligned and generated:
-            found = self.anchor(generated[-self.anchor_tokens :])
             if self._since_parted == 1 and not self._tentative and self._inserted_before(generated[-1]):
                 # the token a learned insertion inserts: guess it was inserted again, the region's token next
                 self.pointer, self.aligned, self._tentative = self._parted, True, True
                 self._pending = (self._parted, self._parted, list(self._written))
-            elif found is not None:
-                self.pointer, self.aligned, self._tentative = found, True, False
+            elif (found := self.anchor(generated[-self.anchor_tokens :])) is not None:
+                self.pointer, self.aligned, self._tentative, self._pending = found, True, False, None
             elif self._since_parted == 1 and not self._tentative and self._parted < len(self.draft_ids):
                 self.pointer, self.aligned, self._tentative = self._parted + 1, True, True
                 self._pending = (self._parted, self._parted + 1, list(self._written))
