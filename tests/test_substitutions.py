@@ -131,3 +131,35 @@ def test_ngram_lock_needs_followed_tokens_and_a_new_generation_forgets_the_rules
     old = drafter._lock[1]
     assert proposal(drafter, [], prompt=[1, 2, 9, 1, 2]) == [9, 1, 2]  # not an extension: another generation
     assert drafter.substitutions.rules == [] and drafter._lock[1] is not old
+
+
+def test_a_rule_learned_inside_another_rules_tokens_keeps_that_rule():
+    # found by a review's fuzzing: the redraft began inside the other rule's tokens and doubled or lost them
+    replaced = Substitutions()
+    replaced.learn(None, [3, 4], [6, 7, 8])
+    drafter = RegionDrafter([1, 2, 3, 4, 5], len(PROMPT), substitutions=replaced)
+    assert proposal(drafter, []) == [1, 2, 6, 7, 8, 5]
+    assert proposal(drafter, [1, 9]) == [6, 7, 8, 5]  # 9 written for 2: a guess
+    assert proposal(drafter, [1, 9, 6]) == [7, 8, 5]  # confirmed: 2 -> 9 learned, 3 4 -> 6 7 8 kept
+    assert Rule((3, 4), (6, 7, 8)) in replaced.rules
+    inserted = Substitutions()
+    inserted.learn(3, [], [6, 7])
+    drafter = RegionDrafter([1, 2, 3, 5], len(PROMPT), substitutions=inserted)
+    assert proposal(drafter, [1, 9]) == [3, 6, 7, 5]
+    assert proposal(drafter, [1, 9, 3]) == [6, 7, 5]
+
+
+def test_rules_apply_to_the_token_after_a_deletion():
+    rules = Substitutions()
+    rules.learn(1, [7], [])
+    assert rules.apply([7, 7, 5]).tokens == [5]
+    rules.learn(1, [8], [9])
+    assert rules.apply([7, 8, 5]).tokens == [9, 5]
+    applied = rules.apply([7, 5, 6])
+    assert applied.tokens == [5, 6] and applied.made_by[0] == Rule((7,), ()) and applied.restart[0] == 0
+
+
+def test_anchor_reach_takes_a_near_occurrence_behind_over_a_far_one_ahead():
+    drafter = RegionDrafter([*range(1, 9), *range(100, 160), 1, 2, 3, 9], len(PROMPT), anchor_reach=32)
+    drafter.pointer = 6
+    assert drafter.anchor([1, 2, 3]) == 3

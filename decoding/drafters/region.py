@@ -37,7 +37,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from decoding.drafters.base import Draft, DraftContext, Drafter
-from decoding.drafters.substitutions import Applied, Substitutions
+from decoding.drafters.substitutions import MAX_REPLACEMENT_TOKENS, Applied, Substitutions
 
 REGION_SOURCE = "region"  # the drafter's default name, and its source in the generation stats
 LOCAL_TOKENS = 8  # how far past the parting a token the target writes rejoins the region
@@ -146,12 +146,14 @@ class RegionDrafter(Drafter):
                     self._parted, self._written = self.pointer, []
                 self.aligned, self._since_parted, self._pending = False, 0, None
             self._since_parted += 1
-            self._written.append(token)
+            if len(self._written) <= MAX_REPLACEMENT_TOKENS:  # longer changes are not learned
+                self._written.append(token)
             local = self.draft_ids[self._parted : self._parted + LOCAL_TOKENS]
             if token in local:
                 at = self._parted + local.index(token)
                 self.pointer, self.aligned, self._tentative = at + 1, True, True
-                self._pending = (self._parted, at, self._written[:-1])
+                whole = len(self._written) <= MAX_REPLACEMENT_TOKENS  # not cut short above
+                self._pending = (self._parted, at, self._written[:-1]) if whole else None
         if not self.aligned and generated:
             if self._since_parted == 1 and not self._tentative and self._inserted_before(generated[-1]):
                 # the token a learned insertion inserts: guess it was inserted again, the region's token next
@@ -200,7 +202,10 @@ class RegionDrafter(Drafter):
             return  # the change was to tokens a rule made: keep to rules over copied text
         left = self.draft_ids[start - 1] if start > 0 else None
         if self.substitutions.learn(left, self.draft_ids[start:end], written) is not None:
-            self._redraft(self.pointer)
+            at = self.pointer
+            while at < len(self.draft_ids) and self._made_by[at] is not None:
+                at += 1  # inside another rule's tokens: draft again from the next copied token
+            self._redraft(at)
 
     def anchor(self, suffix: list[int]) -> int | None:
         """The index after an occurrence of ``suffix`` in ``draft_ids``: the first occurrence ending
@@ -217,6 +222,9 @@ class RegionDrafter(Drafter):
             ends = [e for e in range(n, len(self.draft_ids) + 1) if self.draft_ids[e - n : e] == suffix]
         if not ends:
             return None
+        if self.anchor_reach is not None:
+            ends = [e for e in ends if abs(e - self.pointer) <= self.anchor_reach]
+            if not ends:
+                return None
         at = bisect_left(ends, self.pointer)
-        end = ends[at] if at < len(ends) else ends[-1]
-        return end if self.anchor_reach is None or abs(end - self.pointer) <= self.anchor_reach else None
+        return ends[at] if at < len(ends) else ends[-1]

@@ -86,26 +86,23 @@ class Substitutions:
         for rule in sorted(self.rules, key=lambda r: -len(r.pattern)):
             by_first.setdefault(rule.pattern[0], []).append(rule)
         out = Applied([], [], [])
+        deleted: tuple[Rule, int] | None = None  # a deletion just applied, and where to restart if it is dropped
         i = 0
         while i < len(tokens):
             rule = next((r for r in by_first.get(tokens[i], ())
                          if tuple(tokens[i: i + len(r.pattern)]) == r.pattern), None)
             if rule is None:
+                # The token after a deletion stands for it: dropped there, the deleted tokens come back.
                 out.tokens.append(tokens[i])
-                out.made_by.append(None)
-                out.restart.append(offset + i)
-                i += 1
+                out.made_by.append(deleted[0] if deleted else None)
+                out.restart.append(deleted[1] if deleted else offset + i)
+                deleted, i = None, i + 1
                 continue
             kept = rule.kept
             for j, token in enumerate(rule.replacement):
                 out.tokens.append(token)
                 out.made_by.append(None if j < kept else rule)
                 out.restart.append(offset + i + min(j, kept))
+            deleted = (rule, offset + i + kept) if len(rule.replacement) == kept else None
             i += len(rule.pattern)
-            if len(rule.replacement) == kept and i < len(tokens):
-                # A deletion (nothing written past the kept tokens): the next copied token stands for it.
-                out.tokens.append(tokens[i])
-                out.made_by.append(rule)
-                out.restart.append(offset + i - len(rule.pattern) + kept)
-                i += 1
         return out
