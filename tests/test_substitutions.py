@@ -126,11 +126,11 @@ def test_ngram_lock_needs_followed_tokens_and_a_new_generation_forgets_the_rules
     drafter = NgramDrafter()
     prompt = [1, 2, 3, 4, 5, 6, 1, 2]
     assert proposal(drafter, [], prompt=prompt) == [3, 4, 5, 6, 1, 2]
-    assert drafter._lock[1].matched == 0 < FOLLOW_AFTER
+    assert drafter._lock.matched == 0 < FOLLOW_AFTER
     drafter.substitutions.learn(None, [3], [30])
-    old = drafter._lock[1]
+    old = drafter._lock
     assert proposal(drafter, [], prompt=[1, 2, 9, 1, 2]) == [9, 1, 2]  # not an extension: another generation
-    assert drafter.substitutions.rules == [] and drafter._lock[1] is not old
+    assert drafter.substitutions.rules == [] and drafter._lock is not old
 
 
 def test_a_rule_learned_inside_another_rules_tokens_keeps_that_rule():

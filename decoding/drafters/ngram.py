@@ -71,7 +71,7 @@ class NgramDrafter(Drafter):
             for name, tokens in reversed(list((sources or {}).items())):  # the first entry is the most recent
                 self.store.put(name, None, tokens)
         self._context = TokenBuffer(self.config)
-        self._lock: tuple[str, RegionDrafter] | None = None  # (source name, follower) of the last copy
+        self._lock: RegionDrafter | None = None  # the follower of the last copy, named "ngram:<source>"
         self.substitutions = Substitutions()
 
     def _sync_context(self, token_ids: list[int]) -> None:
@@ -87,11 +87,8 @@ class NgramDrafter(Drafter):
         on a one-token rejoin that the target has not confirmed yet), else ``None``."""
         if self._lock is None:
             return None
-        name, follower = self._lock
-        draft = follower.propose(context)
-        if draft is None or follower.matched < FOLLOW_AFTER or follower.tentative:
-            return None
-        return Draft(tokens=draft.tokens, draft_probs=None, source=f"ngram:{name}")
+        draft = self._lock.propose(context)
+        return None if draft is None or self._lock.matched < FOLLOW_AFTER or self._lock.tentative else draft
 
     def _matches(self, suffix: list[int]):
         """``(n, order, tokens, positions)`` per match, longest first and the committed tokens
@@ -130,15 +127,13 @@ class NgramDrafter(Drafter):
                 break
             if best is None:
                 return None
-            if self._lock is not None and self._lock[1].tentative and self._lock[1].matched >= FOLLOW_AFTER:
+            if self._lock is not None and self._lock.tentative and self._lock.matched >= FOLLOW_AFTER:
                 positions = [position]  # the lock may be confirmed next round: keep it, and what it may learn
             else:
-                follower = RegionDrafter(tokens[position : position + FOLLOW_TOKENS], len(context.token_ids),
-                                         name=source_name, substitutions=self.substitutions,
-                                         anchor_reach=FOLLOW_REACH)
-                self._lock = (source_name, follower)
-                draft = follower.propose(context)
-                return Draft(tokens=draft.tokens, draft_probs=None, source=f"ngram:{source_name}") if draft else None
+                self._lock = RegionDrafter(tokens[position : position + FOLLOW_TOKENS], len(context.token_ids),
+                                           name=f"ngram:{source_name}", substitutions=self.substitutions,
+                                           anchor_reach=FOLLOW_REACH)
+                return self._lock.propose(context)
         draft = tokens[positions[0] : positions[0] + context.max_tokens]
         return Draft(tokens=draft, draft_probs=None, source=f"ngram:{source_name}") if draft else None
 
