@@ -24,7 +24,8 @@ draft model's catch-up speed) is shared.
 Columns: tokens/s, speedup over our plain greedy in the same run, tokens per target pass and
 acceptance (ours; transformers does not report them), and whether the outputs equal our plain greedy;
 where one does not, whether it parted within the kernel noise measured there (the logits of a pass over
-k + 1 tokens and of one-token steps differ; :func:`divergence_within_noise`) or elsewhere (a fault, for
+k + 1 tokens and of one-token steps differ; :func:`bench.noise.divergence_within_noise`, the run's own
+pass shapes among those it replays) or elsewhere (a fault, for
 our methods).
 Per workload, ``lookup_bound_tokens_per_pass``: the tokens per pass of the best lookup drafter in
 hindsight on our plain output (:func:`lookup_bound_passes`), the ceiling of every n-gram method here.
@@ -55,12 +56,12 @@ import torch
 from bench import llama_cpp
 from bench.decode_peers import LLAMA_METHODS, LLAMA_PLAIN, LlamaPeers
 from bench.decode_plots import plot, plot_rates
+from bench.noise import divergence_within_noise, replay_logits  # noqa: F401 - replay_logits: older scripts import it here
 from bench.step_cost import QWEN_SHAPES, cost
 from bench.workloads import WORKLOADS, workloads
 from decoding.draft_length import DraftLengthPolicy
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
-from decoding.kv_cache import cache_state
 from decoding.model_packs import PACKS
 from decoding.quantization import QUANTIZATIONS
 from decoding.types import ENGINES
@@ -72,7 +73,12 @@ THEIRS = ("hf_plain", "hf_prompt_lookup", "hf_assisted")
 def run_ours(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_draft: int,
              policy: DraftLengthPolicy | None = None):
     """One generation in ``mode`` from a cold cache, its draft lengths chosen by ``policy`` (``None``: a
-    fresh one): the caller keeps one policy per method, as a server running that mode alone would."""
+    fresh one): the caller keeps one policy per method, as a server running that mode alone would.
+
+    Returns:
+        (token ids, seconds, target passes, drafted, accepted, per draft source (rounds, drafted,
+        accepted), the passes' shapes: ``GenerationStats.passes``).
+    """
     engine.reset_caches()  # every method starts cold: no prompt reuse between methods
     engine.policy = policy if policy is not None else DraftLengthPolicy()
     config = GenerationConfig(max_new_tokens=new_tokens, max_draft_tokens=max_draft, stop_token_ids=frozenset())
@@ -81,7 +87,7 @@ def run_ours(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_
     seconds = time.perf_counter() - start
     stats = generation.stats
     sources = {name: (source.rounds, source.drafted, source.accepted) for name, source in stats.sources.items()}
-    return generation.token_ids, seconds, stats.target_passes, stats.drafted, stats.accepted, sources
+    return generation.token_ids, seconds, stats.target_passes, stats.drafted, stats.accepted, sources, stats.passes
 
 
 @torch.inference_mode()
@@ -129,65 +135,6 @@ def lookup_bound_passes(prompt: list[int], output: list[int], max_draft: int, mi
         done += best + 1
         passes += 1
     return passes
-
-
-@torch.inference_mode()
-def replay_logits(model, prompt: list[int], output: list[int], chunk: int, prompt_chunk: int = 0) -> torch.Tensor:
-    """Teacher-forced logits predicting each token of ``output``: the prompt but its last token in one
-    pass (or in pieces of ``prompt_chunk`` tokens, as a server's prefill in pieces builds it), then the last
-    prompt token and ``output[:-1]`` fed ``chunk`` tokens per pass, as plain decoding (``chunk`` 1) or a
-    verify pass over ``chunk`` tokens computes them.
-
-    Returns:
-        ``(len(output), V)`` float32 logits.
-    """
-    state = cache_state(model)
-    head = prompt[:-1]
-    step = prompt_chunk or max(1, len(head))
-    for i in range(0, len(head), step):
-        state.forward(head[i:i + step], logits_to_keep=1)
-    fed = prompt[-1:] + output[:-1]
-    return torch.cat([state.forward(fed[i:i + chunk]).float() for i in range(0, len(fed), chunk)])
-
-
-def divergence_within_noise(engine: Engine, prompt: list[int], reference: list[int], tokens: list[int],
-                            chunk: int, prompt_chunks: tuple[int, ...] = ()) -> tuple[bool, float, float]:
-    """Where ``tokens`` first leaves ``reference`` (our plain greedy output), whether that is kernel noise.
-
-    The two competing tokens are the reference's and the other output's at the parting position; their
-    lead (reference logit minus the other) is computed over the reference's positions up to the parting
-    one twice: step by step, as plain decoding did, and in passes of ``chunk`` tokens, as verification
-    does (the passes need not line up with the real run's, only be computed the same way); and, for each of
-    ``prompt_chunks``, step by step after the prompt was prefilled in pieces of that many tokens (a server
-    builds a prompt's KV in pieces, over several requests). The noise is the largest change of that lead
-    between the step-by-step computation and any other at any of those positions; the parting is within
-    noise when the step-by-step lead at the parting position is no larger. In float32 the
-    noise is about 1e-5 and a real fault stands far outside it; in bfloat16 it reaches whole logits on
-    the real 1.5B (docs/exactness.md, "Exactness in low precision").
-
-    Returns:
-        (within noise, the reference token's lead in logits, the measured noise); a length difference
-        is never within noise.
-    """
-    common = next((i for i, (a, b) in enumerate(zip(reference, tokens)) if a != b), None)
-    if common is None:
-        return False, float("nan"), float("nan")
-    model = engine.target.model
-    ours, other = reference[common], tokens[common]
-    stepwise = replay_logits(model, prompt, reference[:common + 1], 1)
-    # A pass of ``chunk`` tokens from every position up to the parting one, the first included: the
-    # tokens after it only give the pass its length (positions before them do not see them).
-    span = max(2, chunk)
-    padded = (reference + reference[-1:] * span)[:common + span]
-    passes = replay_logits(model, prompt, padded, span)[:common + 1]
-    lead_stepwise = stepwise[:, ours] - stepwise[:, other]  # (common + 1,)
-    lead_passes = passes[:, ours] - passes[:, other]
-    noise = float((lead_stepwise - lead_passes).abs().max())
-    for prompt_chunk in prompt_chunks:
-        pieces = replay_logits(model, prompt, reference[:common + 1], 1, prompt_chunk)
-        noise = max(noise, float((lead_stepwise - (pieces[:, ours] - pieces[:, other])).abs().max()))
-    lead = float(lead_stepwise[common])
-    return lead <= noise, lead, noise
 
 
 def own_plain(method: str) -> str:
@@ -242,8 +189,9 @@ def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], re
                             row["identical"] = False
                             if method in LLAMA_METHODS:
                                 continue  # its logits are not ours to replay
+                            shapes = rest[1] if len(rest) > 1 else None  # ours: the run's pass shapes
                             within, lead, noise = divergence_within_noise(engine, prompt, reference, tokens,
-                                                                          max_draft + 1)
+                                                                          max_draft + 1, passes=shapes)
                             row["within_noise" if within else "other"] += 1
                             row["noise"] = max(row["noise"], noise)
                             row["leads"].append(round(lead, 3))

@@ -5,7 +5,7 @@ The server's trace file at ``traceLevel: verbose`` holds, per answered completio
 text; :func:`lsp_server.tracing.replay_record`). :func:`check_replays` decodes each prompt again with
 ``--drafter none`` (the target alone, one token a step, under the same healing constraint) and compares
 token for token. Where the two part, it measures whether that lies within the kernel noise of the
-target's dtype (:func:`bench.decode.divergence_within_noise`: a verify pass over several tokens and
+target's dtype (:func:`bench.noise.divergence_within_noise`: a verify pass over several tokens and
 one-token steps compute the logits differently, and so does a prompt prefilled in the server's pieces; in
 bfloat16 by up to whole logits, docs/exactness.md).
 A parting outside that noise is a fault of ours.
@@ -54,7 +54,7 @@ def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto"
     Raises:
         decoding.errors.ModelLoadError: a recorded target cannot be loaded here.
     """
-    from bench.decode import divergence_within_noise
+    from bench.noise import divergence_within_noise
     from decoding.engine import Engine
 
     engine_kind = engine

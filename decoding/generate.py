@@ -344,6 +344,8 @@ class SpeculativeGenerator:
         elapsed_ms = 1000 * (time.perf_counter() - t0)
         run.stats.ms["verify"] += elapsed_ms
         run.stats.target_passes += 1
+        run.stats.passes.append((1 + verified.num_drafted, 1 + verified.result.num_accepted,
+                                 draft is not None and draft.tree is not None))
         self.verify_cost.record(1 + verified.num_drafted, elapsed_ms)
         return verified
 

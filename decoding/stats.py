@@ -28,6 +28,9 @@ class GenerationStats:
     new_tokens: int = 0  # tokens committed to the output (including a stop token)
     target_passes: int = 0  # verify forward passes of the target, prefill excluded
     sources: dict[str, SourceStats] = field(default_factory=dict)
+    # Per verify pass, in order: (tokens fed, tokens the cache kept of them, a tree pass); what a replay
+    # needs to compute the same logits in the same pass shapes (bench.decode.run_shaped_logits).
+    passes: list[tuple[int, int, bool]] = field(default_factory=list, repr=False)
     ms: dict[str, float] = field(default_factory=lambda: {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "total": 0.0})
 
     @property
@@ -61,6 +64,7 @@ class GenerationStats:
     def to_dict(self) -> dict:
         """JSON-ready figures, derived ones included."""
         data = asdict(self)
+        del data["passes"]  # one entry per pass: for replays, not for logs
         data["ms"] = {k: round(v, 2) for k, v in self.ms.items()}
         for name, source in self.sources.items():
             data["sources"][name]["acceptance_rate"] = round(source.acceptance_rate, 4)

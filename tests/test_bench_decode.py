@@ -78,7 +78,7 @@ def test_a_divergence_is_within_noise_only_where_the_lead_is_below_the_measured_
     no divergence."""
     from types import SimpleNamespace
 
-    from bench.decode import divergence_within_noise, replay_logits
+    from bench.noise import divergence_within_noise, replay_logits
     from tests.conftest import tiny_model
 
     model = tiny_model(seed=0)
@@ -190,7 +190,7 @@ def test_each_method_learns_its_own_draft_lengths_per_workload(monkeypatch):
 
         def generate(self, prompt, config, mode):
             self.used = self.policy
-            return SimpleNamespace(token_ids=[7], stats=SimpleNamespace(target_passes=1, drafted=0, accepted=0,
+            return SimpleNamespace(token_ids=[7], stats=SimpleNamespace(target_passes=1, drafted=0, accepted=0, passes=[],
                                                                        sources={}))
 
     fake, policy = Engine(), bench_decode.DraftLengthPolicy()

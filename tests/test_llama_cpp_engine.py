@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-from bench.decode import divergence_within_noise
+from bench.noise import divergence_within_noise
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import GenerationConfig
 from decoding.errors import ModelLoadError
@@ -106,7 +106,7 @@ def plain_outputs(engine) -> list[tuple[str, list[int], list[int]]]:
 def test_speculative_greedy_equals_plain_greedy_of_the_same_weights(engine, plain_outputs, mode, monkeypatch):
     """On held-out code (2026): every drafter's output is the plain llama.cpp greedy output, or parts
     from it only where the two tokens' lead lies within the kernel noise measured there (a verify pass
-    over several tokens and one-token steps run other kernel shapes: bench/decode.py:divergence_within_noise).
+    over several tokens and one-token steps run other kernel shapes: bench/noise.py:divergence_within_noise).
     Drafts of a fixed length (FixedDraftLength), so that every mode's drafts are verified."""
     monkeypatch.setattr(engine, "policy", FixedDraftLength())
     drafted_tokens = 0
