@@ -56,7 +56,7 @@ import torch
 from bench import llama_cpp
 from bench.decode_peers import LLAMA_METHODS, LLAMA_PLAIN, LlamaPeers
 from bench.decode_plots import plot, plot_rates
-from bench.noise import divergence_within_noise, replay_logits  # noqa: F401 - replay_logits: older scripts import it here
+from bench.noise import divergence_within_noise
 from bench.step_cost import QWEN_SHAPES, cost
 from bench.workloads import WORKLOADS, workloads
 from decoding.draft_length import DraftLengthPolicy

@@ -29,7 +29,7 @@ class GenerationStats:
     target_passes: int = 0  # verify forward passes of the target, prefill excluded
     sources: dict[str, SourceStats] = field(default_factory=dict)
     # Per verify pass, in order: (tokens fed, tokens the cache kept of them, a tree pass); what a replay
-    # needs to compute the same logits in the same pass shapes (bench.decode.run_shaped_logits).
+    # needs to compute the same logits in the same pass shapes (bench.noise.run_shaped_logits).
     passes: list[tuple[int, int, bool]] = field(default_factory=list, repr=False)
     ms: dict[str, float] = field(default_factory=lambda: {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "total": 0.0})
 

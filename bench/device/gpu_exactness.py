@@ -8,7 +8,7 @@ same checks through the public engine API and the tests' own helpers on ``--devi
    ``auto``, and ``auto`` with the draft model forced on), on the bundled starter pair
    (``Engine.load(EngineConfig(model="starter", draft_model="starter-draft", device=..., dtype=...))``),
    several prompts, k = 4 and 16, in each ``--dtypes``; plain greedy is also checked against transformers'
-   ``generate(do_sample=False)``. A parting is classified as in ``bench/decode.py``
+   ``generate(do_sample=False)``. A parting is classified as in ``bench/noise.py``
    (``divergence_within_noise``: the same tokens replayed step by step and in passes of k + 1; a parting
    whose step-by-step lead is within that noise is a near tie the dtype cannot resolve, docs/exactness.md);
    any other parting, or a length difference, FAILS;
@@ -102,22 +102,11 @@ PROMPTS = {
 MODES = ("ngram", "model", "staged", "tree", "auto", "auto+model")
 
 
-def replay_logits(model, prompt: list[int], output: list[int], chunk: int) -> torch.Tensor:
-    """As ``bench.decode.replay_logits`` (copied: importing bench.decode pulls in the language server):
-    teacher-forced float32 logits predicting each token of ``output``, fed ``chunk`` tokens per pass."""
-    from decoding.kv_cache import KVCacheState
-
-    state = KVCacheState(model)
-    if len(prompt) > 1:
-        state.forward(prompt[:-1], logits_to_keep=1)
-    fed = prompt[-1:] + output[:-1]
-    return torch.cat([state.forward(fed[i:i + chunk]).float() for i in range(0, len(fed), chunk)])
-
-
 def classify_parting(model, prompt: list[int], reference: list[int], tokens: list[int], chunk: int) -> dict:
-    """As ``bench.decode.divergence_within_noise``: where ``tokens`` leaves ``reference`` and whether
+    """As ``bench.noise.divergence_within_noise``: where ``tokens`` leaves ``reference`` and whether
     the reference token's step-by-step lead there is within the step-by-step vs. pass noise."""
     from bench.near_ties import first_mismatch, top2_gap
+    from bench.noise import replay_logits
 
     index = first_mismatch(reference, tokens)
     if index is None:

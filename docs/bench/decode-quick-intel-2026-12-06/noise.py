@@ -4,7 +4,8 @@ import decoding.llama_cpp_model as lm
 lm.BATCH_TOKENS = int(sys.argv[1])
 from decoding.engine import Engine, EngineConfig
 from bench.workloads import workloads
-from bench.decode import run_ours, replay_logits
+from bench.decode import run_ours
+from bench.noise import replay_logits
 engine = Engine.load(EngineConfig(model='qwen2.5-coder-1.5b', draft_model='none', engine='llama.cpp'))
 print(lm.loaded_library(), 'batch', lm.BATCH_TOKENS)
 prompts = workloads(engine.tokenizer, True, 0, '2026', ('fim',))['fim']
