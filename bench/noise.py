@@ -75,6 +75,13 @@ def run_shaped_logits(model, prompt: list[int], output: list[int], passes: list[
 def divergence_within_noise(engine, prompt: list[int], reference: list[int], tokens: list[int], chunk: int,
                             prompt_chunks: tuple[int, ...] = (),
                             passes: list[tuple[int, int, bool]] | None = None) -> tuple[bool, float, float]:
+    """:func:`lead_within_noise` of ``engine.target.model`` (anything with ``target.model``)."""
+    return lead_within_noise(engine.target.model, prompt, reference, tokens, chunk, prompt_chunks, passes)
+
+
+def lead_within_noise(model, prompt: list[int], reference: list[int], tokens: list[int], chunk: int,
+                      prompt_chunks: tuple[int, ...] = (),
+                      passes: list[tuple[int, int, bool]] | None = None) -> tuple[bool, float, float]:
     """Where ``tokens`` first leaves ``reference`` (our plain greedy output), whether that is kernel noise.
 
     The two competing tokens are the reference's and the other output's at the parting position; their
@@ -93,7 +100,7 @@ def divergence_within_noise(engine, prompt: list[int], reference: list[int], tok
     on the real 1.5B (docs/exactness.md, "Exactness in low precision").
 
     Args:
-        engine: anything with ``target.model`` (a model :func:`decoding.kv_cache.cache_state` takes).
+        model: a model :func:`decoding.kv_cache.cache_state` takes.
     Returns:
         (within noise, the reference token's lead in logits, the measured noise); a length difference
         is never within noise.
@@ -101,7 +108,6 @@ def divergence_within_noise(engine, prompt: list[int], reference: list[int], tok
     common = next((i for i, (a, b) in enumerate(zip(reference, tokens)) if a != b), None)
     if common is None:
         return False, float("nan"), float("nan")
-    model = engine.target.model
     ours, other = reference[common], tokens[common]
     stepwise = replay_logits(model, prompt, reference[:common + 1], 1)
     lead_stepwise = stepwise[:, ours] - stepwise[:, other]  # (common + 1,)

@@ -4,6 +4,8 @@ one that verification caused (a fault)."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -115,3 +117,29 @@ def test_a_parting_caused_by_the_pass_shape_is_within_noise_and_a_wrong_token_is
     assert within is True and noise == pytest.approx(gap + 0.5, abs=1e-4)
     within, lead, noise = divergence_within_noise(engine, PROMPT, [top], [bottom], chunk=2, passes=run_passes)
     assert within is False and lead > noise
+
+
+def _gpu_exactness():
+    """bench/device/gpu_exactness.py (a script, not a package module), imported from its file."""
+    path = Path(__file__).resolve().parents[1] / "bench" / "device" / "gpu_exactness.py"
+    spec = importlib.util.spec_from_file_location("gpu_exactness", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gpu_scripts_parting_check_measures_the_run_shapes_too():
+    """The GPU script classifies partings with the same measure as ``bench decode``, the run's own pass
+    shapes included; a wrong token and a length difference stay faults."""
+    classify_parting = _gpu_exactness().classify_parting
+    logits = plain_first_logits()
+    top, runner_up = logits.topk(2).indices.tolist()
+    bottom = int(logits.argmin())
+    model = shape_sensitive_model(runner_up, float(logits[top] - logits[runner_up]) + 0.5)
+    run_passes = [(WIDTH, 1, False)]
+    assert classify_parting(model, PROMPT, [top], [top], 2) == {"parted": False}
+    assert classify_parting(model, PROMPT, [top], [runner_up], 2)["within_noise"] is False
+    parting = classify_parting(model, PROMPT, [top], [runner_up], 2, run_passes)
+    assert parting["within_noise"] is True and parting["token"] == 0 and parting["other_token"] == runner_up
+    assert classify_parting(model, PROMPT, [top], [bottom], 2, run_passes)["within_noise"] is False
+    assert classify_parting(model, PROMPT, [top, 1], [top], 2, run_passes)["why"] == "length differs"

@@ -38,6 +38,28 @@ def test_pass_costs_are_measured_once_and_kept(pair, tmp_path, monkeypatch):
     assert len(calls) == 2 and sorted(curve) == [1, 2, 4, 8, 16] and min(curve.values()) > 0
 
 
+@pytest.mark.parametrize(("cached_ms", "measured_again"), [(1e6, True), (1e-3, False)])
+def test_a_cached_curve_taken_under_load_is_measured_again(pair, tmp_path, monkeypatch, cached_ms, measured_again):
+    """A cached step far slower than the model's step now was measured under other load: the curve is
+    measured again and the file keeps the new one. A cached step faster than now stays (other load only
+    adds time). Either way a loaded model is checked once."""
+    import json
+
+    monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path))
+    key = drafter_choice.cost_key(pair[0].name, pair[0].model)
+    (tmp_path / "pass-costs.json").write_text(json.dumps({key: {str(m): cached_ms * m for m in (1, 2, 4, 8, 16)}}))
+    calls = []
+    real = drafter_choice._pass_ms
+    monkeypatch.setattr(drafter_choice, "_pass_ms", lambda model: calls.append(1) or real(model))
+    curve = drafter_choice.pass_costs(pair[0])
+    assert drafter_choice.pass_costs(pair[0]) == curve
+    kept = json.loads((tmp_path / "pass-costs.json").read_text())[key]
+    if measured_again:
+        assert len(calls) == 1 and curve[1] < 1e6 and kept["1"] == curve[1] and kept["16"] < 16e6
+    else:
+        assert calls == [] and curve == {m: 1e-3 * m for m in (1, 2, 4, 8, 16)} and kept["1"] == 1e-3
+
+
 @pytest.mark.parametrize(("draft_ms", "pays"), [(10.0, True), (20.0, True), (33.0, False)])
 def test_the_draft_model_pays_only_when_its_step_is_cheap(pair, tmp_path, monkeypatch, draft_ms, pays):
     monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path))
