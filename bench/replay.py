@@ -7,7 +7,8 @@ text; :func:`lsp_server.tracing.replay_record`). :func:`check_replays` decodes e
 token for token. Where the two part, it measures whether that lies within the kernel noise of the
 target's dtype (:func:`bench.noise.divergence_within_noise`: a verify pass over several tokens and
 one-token steps compute the logits differently, and so does a prompt prefilled in the server's pieces; in
-bfloat16 by up to whole logits, docs/exactness.md).
+bfloat16 by up to whole logits, docs/exactness.md), the answer's own verify passes included where the
+record holds their shapes (the prompt is then fed in one pass: the server built it over several requests).
 A parting outside that noise is a fault of ours.
 
 Greedy answers only: a sampled answer has no single plain output to equal (the statistical tier,
@@ -76,8 +77,9 @@ def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto"
             if plain == output:
                 summary["identical"] += 1
                 continue
+            passes = [(fed, kept, tree) for fed, kept, tree in replay.get("passes") or ()]
             within, lead, noise = divergence_within_noise(engine, prompt, plain, output, chunk,
-                                                          SERVER_PIECES + (chunk,))
+                                                          SERVER_PIECES + (chunk,), passes or None)
             summary["within_noise" if within else "outside_noise"] += 1
             if noise == noise:  # not NaN
                 summary["max_noise_logits"] = max(summary["max_noise_logits"], noise)

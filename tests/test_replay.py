@@ -48,9 +48,18 @@ def test_the_verbose_trace_file_holds_the_replay_and_the_clients_request_id(answ
     replay = verbose["replay"]
     assert replay["model"] == "starter" and replay["output_ids"] == answered.generation.token_ids
     assert replay["prompt_ids"] == answered.prompt.prompt_ids and replay["required_prefix"] == answered.config.required_prefix != ""
+    shapes = [[fed, kept, tree] for fed, kept, tree in answered.generation.stats.passes]
+    assert replay["passes"] == shapes and len(shapes) == answered.generation.stats.target_passes > 0
 
 
-def test_a_plain_replay_matches_and_a_wrong_answer_is_caught(answered, tmp_path):
+def test_a_plain_replay_matches_and_a_wrong_answer_is_caught(answered, tmp_path, monkeypatch):
+    """A wrong answer stays outside the noise although the measure replays its recorded pass shapes too."""
+    import bench.noise
+
+    measured = []
+    real = bench.noise.divergence_within_noise
+    monkeypatch.setattr(bench.noise, "divergence_within_noise",
+                        lambda *args: measured.append(args[-1]) or real(*args))
     replay = json.loads(json.dumps(_record(answered, tmp_path)))
     assert len(replay["output_ids"]) >= 2
     good = check_replays([replay], device="cpu", dtype="float32")
@@ -60,6 +69,7 @@ def test_a_plain_replay_matches_and_a_wrong_answer_is_caught(answered, tmp_path)
     bad = check_replays([wrong], device="cpu", dtype="float32")
     assert (bad["checked"], bad["identical"], bad["outside_noise"]) == (1, 0, 1)
     assert bad["partings"][0]["token"] == 1
+    assert measured == [[tuple(shape) for shape in replay["passes"]]] and measured[0]
 
 
 def _record(completion, tmp_path) -> dict:
