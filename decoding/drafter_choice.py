@@ -156,12 +156,7 @@ def pass_costs(loaded) -> dict[int, float]:
     except (KeyError, TypeError):
         pass
     key = cost_key(loaded.name, model)
-    path = _cache_file()
-    try:
-        known = json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError):
-        known = {}
-    entry = known.get(key)
+    entry = _read_costs().get(key)
     cached = None
     if isinstance(entry, dict) and all(str(size) in entry for size in PASS_SIZES):
         cached = {size: float(entry[str(size)]) for size in PASS_SIZES}
@@ -174,17 +169,38 @@ def pass_costs(loaded) -> dict[int, float]:
     costs = _pass_ms(model)
     if cached is not None:
         costs = {size: min(costs[size], cached[size]) for size in PASS_SIZES}
-    known[key] = {str(size): round(ms, 3) for size, ms in costs.items()}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(known, indent=1) + "\n")
-        temporary.replace(path)
-    except OSError as exc:
-        log.warning("could not keep the measured pass costs in %s: %s", path, exc)
     costs = {size: round(ms, 3) for size, ms in costs.items()}
+    _keep(key, costs)
     _remember(model, costs)
     return costs
+
+
+def _read_costs() -> dict:
+    path = _cache_file()
+    try:
+        known = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        known = {}
+    return known if isinstance(known, dict) else {}
+
+
+def _keep(key: str, costs: dict[int, float]) -> None:
+    """Write ``costs`` under ``key`` into the cache file, the file read again under a lock so that
+    processes measuring other models at the same time keep theirs; a cache that cannot be written is
+    only logged."""
+    from filelock import FileLock, Timeout
+
+    path = _cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path.with_suffix(".lock")), timeout=30):
+            known = _read_costs()
+            known[key] = {str(size): ms for size, ms in costs.items()}
+            temporary = path.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps(known, indent=1) + "\n")
+            temporary.replace(path)
+    except (OSError, Timeout) as exc:
+        log.warning("could not keep the measured pass costs in %s: %s", path, exc)
 
 
 def _remember(model, costs: dict[int, float]) -> None:

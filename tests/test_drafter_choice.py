@@ -60,6 +60,25 @@ def test_a_cached_curve_taken_under_load_is_measured_again(pair, tmp_path, monke
         assert calls == [] and curve == {m: 1e-3 * m for m in (1, 2, 4, 8, 16)} and kept["1"] == 1e-3
 
 
+def test_a_curve_another_process_kept_while_this_one_measured_stays_in_the_cache(pair, tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path))
+    path = tmp_path / "pass-costs.json"
+    path.write_text(json.dumps({"earlier": {"1": 1.0}}))
+    real = drafter_choice._pass_ms
+
+    def measure_while_another_process_writes(model):
+        path.write_text(json.dumps({"earlier": {"1": 1.0}, "beside": {"1": 2.0}}))
+        return real(model)
+
+    monkeypatch.setattr(drafter_choice, "_pass_ms", measure_while_another_process_writes)
+    curve = drafter_choice.pass_costs(pair[0])
+    kept = json.loads(path.read_text())
+    assert kept["earlier"] == {"1": 1.0} and kept["beside"] == {"1": 2.0}
+    assert kept[drafter_choice.cost_key(pair[0].name, pair[0].model)]["1"] == curve[1] > 0
+
+
 @pytest.mark.parametrize(("draft_ms", "pays"), [(10.0, True), (20.0, True), (33.0, False)])
 def test_the_draft_model_pays_only_when_its_step_is_cheap(pair, tmp_path, monkeypatch, draft_ms, pays):
     monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path))
