@@ -12,7 +12,8 @@ for one step; at c ≤ 0.2 the draft model is ahead again.
 
 Both read :func:`pass_costs`: a model's passes of 1, 2, 4, 8 and 16 tokens after a short prefill, timed at
 load (the fastest of a few rounds) and kept per model, kind, device, dtype, CPU and thread count in the
-cache (``pass-costs.json`` under :func:`decoding.gguf_models.cache_root`), so a later load decides at once.
+cache (``pass-costs.json`` under :func:`decoding.gguf_models.cache_root`), so a later load decides after a
+check of a few one-token steps (the cached curve measured again where it was taken under other load).
 The same curve seeds the verify-cost model of the draft-length policy
 (:meth:`decoding.draft_length.VerifyCost.seed`), so the first rounds already draft at lengths the
 engine's passes pay for (a llama.cpp pass of 16 tokens costs 3-9 one-token steps on our CPUs, a torch
@@ -48,10 +49,10 @@ PASS_SIZES = (1, 2, 4, 8, 16)  # tokens per pass measured at load (a step, and v
 _REPEATS = 5
 _MIN_SECONDS = 0.5
 _MAX_ROUNDS = 200
-_CHECK_CONTEXT = 32
-_CHECK_STEPS = 3
+_CHECK_CONTEXT = 16
+_CHECK_STEPS = 2
 _FASTER = 0.8  # a check under this share of the cached step: the cached curve is measured again
-_checked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its curve, checked this process
+_checked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {cost key: curve} checked here
 
 
 @dataclass(frozen=True)
@@ -144,35 +145,42 @@ def pass_costs(loaded) -> dict[int, float]:
     :data:`PASS_SIZES`, from the cache or measured now (and then cached; a cache that cannot be
     written is only logged).
 
-    A cached curve is checked once per loaded model: a few one-token steps are timed (about 4 steps and a
-    short prefill), and where the fastest comes in under ``_FASTER`` of the cached step, the cached curve
-    was taken under other load (a test suite or a build beside it) and is measured again; the new curve
-    keeps the lower of the two at each M, since other load only adds time. A slower check changes nothing
-    for the same reason.
+    A cached curve is checked once per loaded model and key: a few one-token steps are timed (3 steps
+    after a 16-token prefill), and where the fastest of them comes in under ``_FASTER`` of the cached
+    step, the cached curve was taken under other load (a test suite or a build beside it) and is
+    measured again. The curve kept is the lower of the new, the cached and any another process wrote
+    meanwhile at each M, since other load only adds time; a slower check changes nothing for the same
+    reason, and a check that fails (out of memory, a context llama.cpp refuses) is logged and the cached
+    curve used.
     """
     model = loaded.model
+    key = cost_key(loaded.name, model)
     try:
-        return dict(_checked[model])
+        return dict(_checked[model][key])
     except (KeyError, TypeError):
         pass
-    key = cost_key(loaded.name, model)
-    entry = _read_costs().get(key)
-    cached = None
-    if isinstance(entry, dict) and all(str(size) in entry for size in PASS_SIZES):
-        cached = {size: float(entry[str(size)]) for size in PASS_SIZES}
-        step = _step_ms(model)
+    cached = _entry(_read_costs(), key)
+    if cached is not None:
+        try:
+            step = _step_ms(model)
+        except Exception as exc:  # noqa: BLE001 - a check must not fail a load the cache can serve
+            log.warning("could not check the cached pass costs of %s (%s): using them", loaded.name, exc)
+            step = cached[1]
         if step >= _FASTER * cached[1]:
-            _remember(model, cached)
+            _remember(model, key, cached)
             return cached
         log.info("a %s step takes %.1f ms now against %.1f ms cached: measuring its pass costs again",
                  loaded.name, step, cached[1])
-    costs = _pass_ms(model)
-    if cached is not None:
-        costs = {size: min(costs[size], cached[size]) for size in PASS_SIZES}
-    costs = {size: round(ms, 3) for size, ms in costs.items()}
-    _keep(key, costs)
-    _remember(model, costs)
+    costs = _keep(key, _pass_ms(model))
+    _remember(model, key, costs)
     return costs
+
+
+def _entry(known: dict, key: str) -> dict[int, float] | None:
+    entry = known.get(key)
+    if isinstance(entry, dict) and all(str(size) in entry for size in PASS_SIZES):
+        return {size: float(entry[str(size)]) for size in PASS_SIZES}
+    return None
 
 
 def _read_costs() -> dict:
@@ -184,28 +192,33 @@ def _read_costs() -> dict:
     return known if isinstance(known, dict) else {}
 
 
-def _keep(key: str, costs: dict[int, float]) -> None:
-    """Write ``costs`` under ``key`` into the cache file, the file read again under a lock so that
-    processes measuring other models at the same time keep theirs; a cache that cannot be written is
-    only logged."""
+def _keep(key: str, costs: dict[int, float]) -> dict[int, float]:
+    """Write ``costs`` under ``key`` into the cache file, each M's cost the lower of ``costs`` and the
+    file's, the file read again under a lock so that processes measuring at the same time keep theirs;
+    returns the curve written (a cache that cannot be written is only logged: then ``costs``)."""
     from filelock import FileLock, Timeout
 
     path = _cache_file()
+    costs = {size: round(ms, 3) for size, ms in costs.items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path.with_suffix(".lock")), timeout=30):
             known = _read_costs()
+            earlier = _entry(known, key)
+            if earlier is not None:
+                costs = {size: min(ms, earlier[size]) for size, ms in costs.items()}
             known[key] = {str(size): ms for size, ms in costs.items()}
             temporary = path.with_suffix(f".{os.getpid()}.tmp")
             temporary.write_text(json.dumps(known, indent=1) + "\n")
             temporary.replace(path)
     except (OSError, Timeout) as exc:
         log.warning("could not keep the measured pass costs in %s: %s", path, exc)
+    return costs
 
 
-def _remember(model, costs: dict[int, float]) -> None:
+def _remember(model, key: str, costs: dict[int, float]) -> None:
     try:
-        _checked[model] = dict(costs)
+        _checked.setdefault(model, {})[key] = dict(costs)
     except TypeError:  # a model that takes no weak reference is checked on every call
         pass
 

@@ -48,16 +48,51 @@ def test_a_cached_curve_taken_under_load_is_measured_again(pair, tmp_path, monke
     monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path))
     key = drafter_choice.cost_key(pair[0].name, pair[0].model)
     (tmp_path / "pass-costs.json").write_text(json.dumps({key: {str(m): cached_ms * m for m in (1, 2, 4, 8, 16)}}))
-    calls = []
-    real = drafter_choice._pass_ms
+    calls, checks = [], []
+    real, real_check = drafter_choice._pass_ms, drafter_choice._step_ms
     monkeypatch.setattr(drafter_choice, "_pass_ms", lambda model: calls.append(1) or real(model))
+    monkeypatch.setattr(drafter_choice, "_step_ms", lambda model: checks.append(1) or real_check(model))
     curve = drafter_choice.pass_costs(pair[0])
-    assert drafter_choice.pass_costs(pair[0]) == curve
+    assert drafter_choice.pass_costs(pair[0]) == curve and len(checks) == 1
     kept = json.loads((tmp_path / "pass-costs.json").read_text())[key]
     if measured_again:
         assert len(calls) == 1 and curve[1] < 1e6 and kept["1"] == curve[1] and kept["16"] < 16e6
     else:
         assert calls == [] and curve == {m: 1e-3 * m for m in (1, 2, 4, 8, 16)} and kept["1"] == 1e-3
+
+
+def test_a_check_that_fails_leaves_the_cached_curve_in_use(pair, tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path))
+    key = drafter_choice.cost_key(pair[0].name, pair[0].model)
+    (tmp_path / "pass-costs.json").write_text(json.dumps({key: {str(m): 1e6 for m in (1, 2, 4, 8, 16)}}))
+
+    def fail(model):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(drafter_choice, "_step_ms", fail)
+    monkeypatch.setattr(drafter_choice, "_pass_ms", fail)
+    assert drafter_choice.pass_costs(pair[0]) == {m: 1e6 for m in (1, 2, 4, 8, 16)}
+
+
+def test_a_lower_curve_another_process_wrote_meanwhile_is_kept(pair, tmp_path, monkeypatch):
+    """Two processes measuring the same model: the file keeps the lower cost at each length."""
+    import json
+
+    monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path))
+    path = tmp_path / "pass-costs.json"
+    key = drafter_choice.cost_key(pair[0].name, pair[0].model)
+    beside = {"1": 1e-3, "2": 1e6, "4": 1e6, "8": 1e6, "16": 1e6}
+
+    def measure_while_another_process_writes(model):
+        path.write_text(json.dumps({key: beside}))
+        return {m: 5.0 for m in (1, 2, 4, 8, 16)}
+
+    monkeypatch.setattr(drafter_choice, "_pass_ms", measure_while_another_process_writes)
+    curve = drafter_choice.pass_costs(pair[0])
+    assert curve == {1: 1e-3, 2: 5.0, 4: 5.0, 8: 5.0, 16: 5.0}
+    assert json.loads(path.read_text())[key] == {"1": 1e-3, "2": 5.0, "4": 5.0, "8": 5.0, "16": 5.0}
 
 
 def test_a_curve_another_process_kept_while_this_one_measured_stays_in_the_cache(pair, tmp_path, monkeypatch):

@@ -53,7 +53,8 @@ def test_the_verbose_trace_file_holds_the_replay_and_the_clients_request_id(answ
 
 
 def test_a_plain_replay_matches_and_a_wrong_answer_is_caught(answered, tmp_path, monkeypatch):
-    """A wrong answer stays outside the noise although the measure replays its recorded pass shapes too."""
+    """The record holds the answer's pass shapes, and a wrong answer stays outside the noise although the
+    measure recomputes it in a verify pass that kept it."""
     import bench.noise
 
     measured = []
@@ -66,10 +67,16 @@ def test_a_plain_replay_matches_and_a_wrong_answer_is_caught(answered, tmp_path,
     assert (good["checked"], good["identical"], good["outside_noise"]) == (1, 1, 0)
     wrong = copy.deepcopy(replay)
     wrong["output_ids"][1] = (wrong["output_ids"][1] + 1) % 40  # another token the target did not choose
+    # as if a verify pass of 4 tokens had kept the wrong token: the measure recomputes it in that shape
+    wrong["passes"] = [[4, 3, False]] + [[1, 1, False]] * (len(wrong["output_ids"]) - 3)
+    shaped = []
+    real_shaped = bench.noise.run_shaped_logits
+    monkeypatch.setattr(bench.noise, "run_shaped_logits", lambda *args: shaped.append(real_shaped(*args)) or shaped[-1])
     bad = check_replays([wrong], device="cpu", dtype="float32")
     assert (bad["checked"], bad["identical"], bad["outside_noise"]) == (1, 0, 1)
     assert bad["partings"][0]["token"] == 1
-    assert measured == [[tuple(shape) for shape in replay["passes"]]] and measured[0]
+    assert measured == [[tuple(shape) for shape in wrong["passes"]]]
+    assert len(shaped) == 1 and shaped[0] is not None and shaped[0].shape[0] == 2
 
 
 def _record(completion, tmp_path) -> dict:
