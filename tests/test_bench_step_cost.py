@@ -104,3 +104,22 @@ def test_the_gpu_cost_script_runs_its_code_path_on_the_cpu(tmp_path):
     assert loops["plain"]["fed_per_round"] == 1.0 and loops["plain"]["tokens_per_round"] == 1.0
     assert loops["ngram"]["fed_per_round"] > 1.5  # the repeated prompt gives the lookup a draft every round
     assert all(r["round_ms"] >= r["verify_ms"] > 0 for r in loops.values())
+
+
+@pytest.mark.model
+def test_the_gpu_exactness_script_runs_every_section_on_the_cpu(tmp_path):
+    """bench/device/gpu_exactness.py (and its chi-square section, gpu_stats.py) waits for a lent GPU; a
+    quick CPU run of every section keeps it in step with the tests' helpers it calls."""
+    script = Path(__file__).resolve().parents[1] / "bench" / "device" / "gpu_exactness.py"
+    done = subprocess.run([sys.executable, str(script), "--device", "cpu", "--quick", "--dtypes", "float32",
+                           "--new-tokens", "12", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "gpu_exactness.json").read_text())
+    assert results["errors"] == [] and set(results["failures"].values()) == {0}
+    assert set(results["failures"]) == {"timing-float32", "greedy-starter-float32", "greedy-tiny-float32",
+                                        "stats-float32"}
+    greedy = [r for r in results["greedy_starter"] if "policy" in r]
+    assert len(greedy) == 24 and all(r["ok"] for r in greedy) and any(r["drafted"] > 0 for r in greedy)
+    assert results["greedy_tiny"] and all(r["ok"] for r in results["greedy_tiny"])
+    assert len(results["stats"]) == 6 and all(0.0 <= r["p"] <= 1.0 for r in results["stats"])
+    assert {r["tokens"] for r in results["timings"]} == {1, 16, 17}
