@@ -51,6 +51,9 @@ BINDING = "llama-cpp-python==0.3.36"
 #: The same instruction sets; only the library the binding loads (no tools, examples, server or llava).
 BINDING_CMAKE_FLAGS = (*(flag for flag in CMAKE_FLAGS if "RPATH" not in flag), "-DLLAVA_BUILD=OFF",
                        "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF")
+#: The binding without a library of its own (its Python code only, no compiling): where the peer build is
+#: complete, the engine loads the peer's libllama (decoding.llama_cpp_model.PEER_LIBRARIES).
+BINDING_WITHOUT_LIBRARY_FLAGS = ("-DLLAMA_BUILD=OFF", "-DLLAVA_BUILD=OFF")
 
 Stage = Callable[[str], None]
 
@@ -200,10 +203,23 @@ def _run(command: list[str], log_path: Path, what: str, say: Stage | None = None
         raise PeerBuildError(f"{what} failed (exit {returncode}): {' '.join(command)}\n{tail}")
 
 
+def peer_library_for_binding() -> Path | None:
+    """The complete peer build's library folder when :data:`BINDING`'s ctypes API is that build's
+    (:data:`decoding.llama_cpp_model.PEER_LIBRARIES`), else ``None``."""
+    from decoding.llama_cpp_model import PEER_LIBRARIES
+
+    directory = build_dir()
+    if PEER_LIBRARIES.get(BINDING.split("==")[1]) != VERSION or not is_built(directory):
+        return None
+    return directory / "bin" if (directory / "bin" / "libllama.so").is_file() else None
+
+
 def install_binding(on_stage: Stage | None = None) -> str:
-    """Install :data:`BINDING` into this Python, compiled with :data:`BINDING_CMAKE_FLAGS` (pip's own
-    default build is native, which dies with SIGILL on these VMs); nothing to do when that version is
-    installed. Returns what was done, for the log.
+    """Install :data:`BINDING` into this Python; nothing to do when that version is installed. Where the
+    peer build is complete (:func:`peer_library_for_binding`), without a library of its own
+    (:data:`BINDING_WITHOUT_LIBRARY_FLAGS`: seconds; the engine loads the peer's libllama, the same
+    llama.cpp), else compiled with :data:`BINDING_CMAKE_FLAGS` (pip's own default build is native, which
+    dies with SIGILL on these VMs). Returns what was done, for the log.
 
     Raises:
         PeerBuildError: pip failed (with the last lines of its output).
@@ -218,12 +234,19 @@ def install_binding(on_stage: Stage | None = None) -> str:
     except PackageNotFoundError:
         pass
     jobs = os.cpu_count() or 1
-    say(f"installing {BINDING} (it compiles llama.cpp: about 17 CPU-minutes) with {' '.join(BINDING_CMAKE_FLAGS)}")
-    env = {**os.environ, "CMAKE_ARGS": " ".join(BINDING_CMAKE_FLAGS), "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs)}
+    library = peer_library_for_binding()
+    if library is not None:
+        flags = BINDING_WITHOUT_LIBRARY_FLAGS
+        say(f"installing {BINDING} without compiling: the llama.cpp engine loads libllama from {library}")
+    else:
+        flags = BINDING_CMAKE_FLAGS
+        say(f"installing {BINDING} (it compiles llama.cpp: about 17 CPU-minutes) with {' '.join(flags)}")
+    env = {**os.environ, "CMAKE_ARGS": " ".join(flags), "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs)}
     with tempfile.TemporaryDirectory() as work:
         log_path = Path(work) / "pip.log"
         started = time.perf_counter()
         # --no-cache-dir: pip's wheel cache would hand back a build made with other flags.
         _run([sys.executable, "-m", "pip", "install", "--no-cache-dir", BINDING], log_path, f"installing {BINDING}",
              env=env)
-    return f"{BINDING} installed in {time.perf_counter() - started:.0f} s"
+    how = f"using {library}" if library is not None else "compiled"
+    return f"{BINDING} installed in {time.perf_counter() - started:.0f} s ({how})"

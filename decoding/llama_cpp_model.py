@@ -79,7 +79,12 @@ def llama_cpp():
         import llama_cpp as module
     except ImportError as exc:
         raise ModelLoadError("engine 'llama.cpp' needs llama-cpp-python: pip install 'speclsp[llamacpp]' "
-                             "(it compiles llama.cpp, about 17 CPU-minutes)") from exc
+                             "(it compiles llama.cpp, about 17 CPU-minutes), or `speclsp bench peers "
+                             "--build`") from exc
+    except (OSError, RuntimeError) as exc:  # no libllama where the binding looks (FileNotFoundError), or unloadable
+        raise ModelLoadError(f"llama-cpp-python could not load libllama ({exc}); a binding installed by "
+                             "`speclsp bench peers --build` uses the llama.cpp build in the cache: run that "
+                             "command again to rebuild it") from exc
     with _INIT_LOCK:
         if not _BACKEND_READY:
             _LOG_CALLBACK = module.llama_log_callback(lambda level, text, user_data: None)

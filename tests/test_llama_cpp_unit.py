@@ -248,6 +248,43 @@ def test_the_binding_is_compiled_without_native_tuning_and_only_when_missing(mon
     assert command[-1] == llama_cpp_build.BINDING and command[1:4] == ["-m", "pip", "install"]
     assert "--no-cache-dir" in command  # a cached wheel may have been built natively
     assert "-DGGML_NATIVE=OFF" in env["CMAKE_ARGS"].split() and "-DGGML_NATIVE=ON" not in env["CMAKE_ARGS"]
+    # with the peer build complete, the binding goes in without compiling and loads the peer's libllama
+    fake_build(llama_cpp_build.build_dir())
+    (llama_cpp_build.build_dir() / "bin" / "libllama.so").write_bytes(b"")
+    calls.clear()
+    done = llama_cpp_build.install_binding(lambda message: None)
+    (command, env), = calls
+    assert command[-1] == llama_cpp_build.BINDING and "--no-cache-dir" in command
+    assert env["CMAKE_ARGS"].split() == ["-DLLAMA_BUILD=OFF", "-DLLAVA_BUILD=OFF"]
+    assert str(llama_cpp_build.build_dir() / "bin") in done
+
+
+def test_a_peer_build_of_another_version_or_without_libllama_does_not_stand_in_for_the_binding():
+    directory = llama_cpp_build.build_dir()
+    assert llama_cpp_build.peer_library_for_binding() is None  # not built
+    fake_build(directory)
+    assert llama_cpp_build.peer_library_for_binding() is None  # no libllama
+    (directory / "bin" / "libllama.so").write_bytes(b"")
+    assert llama_cpp_build.peer_library_for_binding() == directory / "bin"
+    (directory / llama_cpp_build.STAMP).write_text(json.dumps({**llama_cpp_build.expected_stamp(), "cmake_flags": []}))
+    assert llama_cpp_build.peer_library_for_binding() is None  # built with other flags
+
+
+def test_a_binding_that_cannot_find_libllama_gives_a_load_error_that_says_what_to_do(tmp_path, monkeypatch):
+    """A binding installed without its own library, after the peer build it used was removed."""
+    import sys
+
+    from decoding import llama_cpp_model
+    from decoding.errors import ModelLoadError
+
+    package = tmp_path / "site" / "llama_cpp"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise FileNotFoundError(\"Shared library with base name 'llama' not found\")\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "llama_cpp", raising=False)
+    with pytest.raises(ModelLoadError, match="could not load libllama.*speclsp bench peers --build"):
+        llama_cpp_model.llama_cpp()
+    assert "llama_cpp" not in sys.modules or sys.modules["llama_cpp"].__file__ != str(package / "__init__.py")
 
 
 def test_the_engine_loads_the_peer_build_library_only_for_the_pinned_pair(monkeypatch):
