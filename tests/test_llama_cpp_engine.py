@@ -49,8 +49,8 @@ def engine() -> Engine:
     _require(not missing, f"model packs {missing} not installed ({INSTALL_COMMAND})")
     try:
         llama_cpp()  # the engine's own import: it picks the library
-    except ModelLoadError:
-        _require(False, "llama-cpp-python not installed (pip install 'speclsp[llamacpp]')")
+    except ModelLoadError as exc:  # not installed, or installed without a library and no peer build
+        _require(False, str(exc))
     return Engine.load(EngineConfig(model=TARGET, draft_model=DRAFT, engine="llama.cpp"))
 
 
