@@ -206,13 +206,11 @@ def _run(command: list[str], log_path: Path, what: str, say: Stage | None = None
 
 def peer_library_for_binding() -> Path | None:
     """The complete peer build's library folder when :data:`BINDING`'s ctypes API is that build's
-    (:data:`decoding.llama_cpp_model.PEER_LIBRARIES`), else ``None``."""
-    from decoding.llama_cpp_model import PEER_LIBRARIES
+    (:func:`decoding.llama_cpp_model.peer_library_of`, the library the engine would load), else ``None``."""
+    from decoding.llama_cpp_model import peer_library_of
 
-    directory = build_dir()
-    if PEER_LIBRARIES.get(BINDING.split("==")[1]) != VERSION or not is_built(directory):
-        return None
-    return directory / "bin" if (directory / "bin" / "libllama.so").is_file() else None
+    library = peer_library_of(BINDING.split("==")[1])
+    return library if library == build_dir() / "bin" and is_built(build_dir()) else None
 
 
 def install_binding(on_stage: Stage | None = None) -> str:

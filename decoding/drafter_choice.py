@@ -106,11 +106,7 @@ def _pass_ms(model: torch.nn.Module) -> dict[int, float]:
     """The fastest pass (ms) of ``model`` over M tokens, M in :data:`PASS_SIZES`, after a prefill of
     ``_CONTEXT_TOKENS`` tokens, over at least ``_REPEATS`` rounds and ``_MIN_SECONDS``; the sizes are
     interleaved, so other load on the machine falls on all of them alike."""
-    generator = torch.Generator().manual_seed(0)
-    vocab = min(1000, logits_width(model))
-    context = [int(i) for i in torch.randint(0, vocab, (_CONTEXT_TOKENS + max(PASS_SIZES),), generator=generator)]
-    state = cache_state(model)
-    state.prefill(context[: _CONTEXT_TOKENS + 1])
+    state, context = _prefilled(model, _CONTEXT_TOKENS + max(PASS_SIZES), _CONTEXT_TOKENS + 1)
     times: dict[int, list[float]] = {size: [] for size in PASS_SIZES}
     began = time.perf_counter()
     rounds = 0
@@ -121,6 +117,17 @@ def _pass_ms(model: torch.nn.Module) -> dict[int, float]:
         for size, spent in times.items():
             spent.append(timed_pass(state, context[_CONTEXT_TOKENS : _CONTEXT_TOKENS + size], _CONTEXT_TOKENS))
     return {size: min(spent[1:]) for size, spent in times.items()}  # other load only adds time
+
+
+def _prefilled(model, tokens: int, prefill: int):
+    """A fresh cache state of ``model`` with the first ``prefill`` of ``tokens`` seeded random token ids
+    (from the first 1000 of its vocabulary) prefilled; returns the state and all the ids."""
+    generator = torch.Generator().manual_seed(0)
+    vocab = min(1000, logits_width(model))
+    context = [int(i) for i in torch.randint(0, vocab, (tokens,), generator=generator)]
+    state = cache_state(model)
+    state.prefill(context[:prefill])
+    return state, context
 
 
 def timed_pass(state, tokens: list[int], keep: int, logits_to_keep: int = 1) -> float:
@@ -227,11 +234,7 @@ def _remember(model, key: str, costs: dict[int, float]) -> None:
 def _step_ms(model) -> float:
     """The fastest of ``_CHECK_STEPS`` one-token passes (ms) of ``model`` after a warm-up step and a
     ``_CHECK_CONTEXT``-token prefill: the check of a cached curve."""
-    generator = torch.Generator().manual_seed(0)
-    vocab = min(1000, logits_width(model))
-    context = [int(i) for i in torch.randint(0, vocab, (_CHECK_CONTEXT + 1,), generator=generator)]
-    state = cache_state(model)
-    state.prefill(context[:_CHECK_CONTEXT])
+    state, context = _prefilled(model, _CHECK_CONTEXT + 1, _CHECK_CONTEXT)
     spent = [timed_pass(state, context[_CHECK_CONTEXT:], _CHECK_CONTEXT) for _ in range(_CHECK_STEPS + 1)]
     return min(spent[1:])
 

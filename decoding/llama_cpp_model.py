@@ -100,14 +100,21 @@ def peer_library_dir() -> Path | None:
     already set by the user)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from decoding.gguf_models import PEER_STAMP, peer_build_dir
-
     if os.environ.get("LLAMA_CPP_LIB_PATH"):
         return None
     try:
-        peer = PEER_LIBRARIES.get(version("llama-cpp-python"))
+        return peer_library_of(version("llama-cpp-python"))
     except PackageNotFoundError:
         return None
+
+
+def peer_library_of(binding_version: str) -> Path | None:
+    """The folder of the cached peer build's libllama whose ctypes API is that of llama-cpp-python
+    ``binding_version`` (:data:`PEER_LIBRARIES`), or ``None``: another version, or no such build with a
+    libllama in the cache."""
+    from decoding.gguf_models import PEER_STAMP, peer_build_dir
+
+    peer = PEER_LIBRARIES.get(binding_version)
     if peer is None:
         return None
     build = peer_build_dir(peer)
