@@ -3,11 +3,12 @@ entry point (see :func:`lsp_server.cli.build_parser`)."""
 
 from __future__ import annotations
 
-from bench import cuts, decode, edits, keystrokes, lsp, peers, prompt_gate, scale_out, step_cost_grid
+from bench import agreement, cuts, decode, edits, keystrokes, lsp, peers, prompt_gate, scale_out, step_cost_grid
 
 
 def add_parser(commands) -> None:
-    """Register ``speclsp bench cuts|lsp|decode|edits|scale-out|peers|prompt-gate|step-cost`` on the CLI's argparse subparsers object."""
+    """Register ``speclsp bench cuts|lsp|decode|edits|scale-out|peers|prompt-gate|step-cost|agreement`` on the
+    CLI's argparse subparsers object."""
     bench = commands.add_parser("bench", help="measurements on this machine")
     kinds = bench.add_subparsers(dest="bench", required=True)
     cuts.add_parser(kinds)
@@ -18,3 +19,4 @@ def add_parser(commands) -> None:
     peers.add_parser(kinds)
     prompt_gate.add_parser(kinds)
     step_cost_grid.add_parser(kinds)
+    agreement.add_parser(kinds)

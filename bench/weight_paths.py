@@ -2,7 +2,7 @@
 run a pass over them.
 
 A path is a way to load a model for our loop: torch with bfloat16 weights (the default), torch with
-torchao-quantised linear layers (the ``quantization`` setting's ``int8``, ``int4`` and ``int4-hybrid``,
+quantised linear layers (the ``quantization`` setting's ``int8``, ``int4``, ``int8-hybrid`` and ``int4-hybrid``,
 and two candidates not offered as a setting until they win: ``int8_dynamic``, int8 activations and
 weights through ``torch._int_mm``, and ``da8w4``, int8 activations and int4 weights through torchao's
 ``da8w4_linear_cpu`` kernel), eager or under ``torch.compile``; or llama.cpp (``engine: llama.cpp``) on
@@ -46,6 +46,7 @@ class WeightPath:
 
 WEIGHTS = {"none": "bfloat16", "int8": "int8 weight-only", "int4": "int4 weight-only (groups of 128)",
            "int4-hybrid": "int4 for short passes, the same weights dequantised to bfloat16 for long ones",
+           "int8-hybrid": "int8 for short passes, the same weights dequantised to bfloat16 for long ones",
            "int8_dynamic": "int8 weights, int8 activations", "da8w4": "int4 weights, int8 activations"}
 
 
@@ -58,6 +59,7 @@ PATHS = {path.name: path for path in (
     WeightPath("torch-int4", "torch", "int4"),
     WeightPath("torch-int4-compiled", "torch", "int4", compiled=True),
     WeightPath("torch-int4-hybrid", "torch", "int4-hybrid"),
+    WeightPath("torch-int8-hybrid", "torch", "int8-hybrid"),
     WeightPath("torch-da8w4-compiled", "torch", candidate="da8w4", compiled=True),
     WeightPath("llama-q4_k_m", "llama.cpp"),
     WeightPath("llama-q4_0", "llama.cpp", gguf_type="q4_0"),

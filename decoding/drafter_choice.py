@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from decoding.gguf_models import cache_root
-from decoding.int4_hybrid import HybridInt4Linear
+from decoding.hybrid_linear import HybridLinear
 from decoding.kv_cache import cache_state, logits_width
 from decoding.quantization import is_quantized
 
@@ -81,12 +81,12 @@ def _cpu_name() -> str:
 
 def _weights_kind(model) -> str:
     """How the linear layers hold their weights: ``dense``, a quantised tensor's class (torchao's
-    ``Int4OpaqueTensor``...) or a layer class of ours (``HybridInt4Linear``)."""
+    ``Int4OpaqueTensor``...) or a layer class of ours (``HybridInt4Linear``, ``HybridInt8Linear``)."""
     if not isinstance(model, torch.nn.Module):
         return "own"  # a llama.cpp model: its GGUF file's types
     for module in model.modules():
-        if isinstance(module, HybridInt4Linear):
-            return "HybridInt4Linear"
+        if isinstance(module, HybridLinear):
+            return type(module).__name__
         if isinstance(module, torch.nn.Linear) and is_quantized(module.weight):
             return type(module.weight).__name__
     return "dense"

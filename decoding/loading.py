@@ -23,6 +23,7 @@ from decoding.kv_cache import logits_width
 from decoding.model_names import model_location
 from decoding.quantization import quantize_weights
 from decoding.tokenizer_loading import load_tokenizer
+from decoding.weight_choice import choose_quantization
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     capabilities: ModelCapabilities
+    quantization: str = "none"  # how its linear layers hold their weights (``auto`` settled)
 
     @property
     def vocab_size(self) -> int:
@@ -97,8 +99,9 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
         dtype: ``"auto"`` (see :func:`resolve_dtype`) or an explicit float type.
         trust_remote_code: allow a hub repository's own modelling code to run. Off by default.
         on_stage: told about slow steps (the one-time conversion of a pack or GGUF file).
-        quantization: ``"none"``, ``"int8"`` or ``"int4"`` weights for the linear layers (CPU only;
-            see :mod:`decoding.quantization`).
+        quantization: ``"auto"`` (the weights measured fastest here among those that keep the model:
+            :mod:`decoding.weight_choice`), ``"none"``, or a quantised path for the linear layers (CPU
+            only; see :mod:`decoding.quantization`).
         engine: ``"torch"``, or ``"llama.cpp"``: a pack or ``.gguf`` file run by llama.cpp's kernels on
             the GGUF weights as they are (:mod:`decoding.llama_cpp_model`; CPU, no quantization option).
     Raises:
@@ -109,7 +112,7 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
             (torchao missing, not on the CPU; :func:`decoding.quantization.quantize_weights`).
     """
     if engine == "llama.cpp":
-        if quantization != "none" or device not in ("auto", "cpu"):
+        if quantization not in ("auto", "none") or device not in ("auto", "cpu"):
             raise ModelLoadError("engine 'llama.cpp' runs the GGUF file's own weights on the CPU: quantization "
                                  "must be none and the device auto or cpu")
         return _load_gguf_model(name, on_stage)
@@ -131,13 +134,18 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
         raise ModelLoadError(f"model {name!r} has {', '.join(sorted(unsupported))} layers, whose state cannot be "
                              "rolled back after a rejected draft; speclsp needs attention-only models")
     model.to(torch_device).eval()
+    bounds = None
+    if quantization == "auto":
+        quantization, bounds, reason = choose_quantization(model, name)
+        log.info("%s", reason)
     if quantization != "none" and on_stage:
         on_stage(f"quantizing {name} to {quantization}")
-    quantize_weights(model, quantization, name)
+    quantize_weights(model, quantization, name, bounds)
     log.info("loaded %s from %s on %s as %s, quantization %s", name, location, torch_device, torch_dtype, quantization)
     eos_ids = end_of_sequence_ids(model, tokenizer)
     capabilities = read_capabilities(tokenizer, eos_ids, location if local_only else None)
-    return LoadedModel(name=name, model=model, tokenizer=tokenizer, capabilities=capabilities)
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, capabilities=capabilities,
+                       quantization=quantization)
 
 
 def _load_gguf_model(name: str, on_stage: Stage | None = None) -> LoadedModel:

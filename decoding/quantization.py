@@ -9,8 +9,11 @@ embeddings, norms and the KV cache keep the model's dtype. Both go through torch
   In eager mode torchao 0.18 turns the int8 weight back into the activation dtype at every call and
   then multiplies, so it saves memory but not time (measured step costs: docs/performance.md,
   "Quantization").
-* ``int4-hybrid``: int4 weights for passes of few tokens and the same weights dequantised for long ones
-  (prefill, long verify passes), the bound measured per weight shape at load: :mod:`decoding.int4_hybrid`.
+* ``int8-hybrid``: int8 weights (one scale per row) run by PyTorch's own int8 kernel for passes of few
+  tokens, the same weights dequantised for long ones (prefill, long verify passes), the bound measured per
+  weight shape at load: :mod:`decoding.int8_hybrid` (:mod:`decoding.hybrid_linear`). Needs no torchao;
+  its weights are as close to the model's as the model's own kernel rounding.
+* ``int4-hybrid``: the same with int4 weights: :mod:`decoding.int4_hybrid`.
 * ``int4``: torchao's CPU int4 layout (``PrototypeInt4WeightOnlyConfig``, ``Int4OpaqueTensor``):
   asymmetric, groups of :data:`INT4_GROUP_SIZE` input channels, packed for PyTorch's CPU kernel
   ``aten._weight_int4pack_mm_for_cpu``. CPU only.
@@ -27,12 +30,14 @@ import logging
 import torch
 
 from decoding.errors import ModelLoadError
-from decoding.int4_hybrid import INT4_GROUP_SIZE, make_hybrid  # the group size is defined there
+from decoding.int4_hybrid import INT4_GROUP_SIZE, make_int4_hybrid  # the group size is defined there
+from decoding.int8_hybrid import INT8_WIDTH_MULTIPLE, make_int8_hybrid
 from decoding.types import QUANTIZATIONS  # defined there (torch-free); imported here too
 
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'speclsp[quantization]' (torchao)"
+_HYBRIDS = {"int8-hybrid": make_int8_hybrid, "int4-hybrid": make_int4_hybrid}
 
 
 def _import_torchao() -> None:
@@ -80,34 +85,39 @@ def quantized_linear_count(model: torch.nn.Module) -> tuple[int, int]:
     return sum(is_quantized(m.weight) for m in linears), len(linears)
 
 
-def quantize_weights(model: torch.nn.Module, quantization: str, name: str) -> None:
+def quantize_weights(model: torch.nn.Module, quantization: str, name: str,
+                     bounds: dict[tuple[int, int], int] | None = None) -> None:
     """Quantise the weights of ``model``'s linear layers in place (``none``: leave them).
 
     Args:
         model: a causal LM in eval mode, already on its device and in its dtype.
-        quantization: ``none``, ``int8``, ``int4`` or ``int4-hybrid`` (see the module docstring).
+        quantization: ``none``, ``int8``, ``int4``, ``int8-hybrid`` or ``int4-hybrid`` (see the module
+            docstring); ``auto`` is settled before (:mod:`decoding.weight_choice`).
+        bounds: a hybrid's low-bit bounds per ``(out, in)`` weight shape, where already measured.
         name: the model's name, for messages.
     Raises:
-        ModelLoadError: an unknown name, torchao missing, a device other than the CPU, a dtype the
-            kernel refuses, or no layer whose shape the format takes (int4: input width a multiple
-            of :data:`INT4_GROUP_SIZE`).
+        ModelLoadError: an unknown name, torchao missing (but for ``int8-hybrid``), a device other than
+            the CPU, a dtype the kernel refuses, or no layer whose shape the format takes (int4: input
+            width a multiple of :data:`INT4_GROUP_SIZE`; int8-hybrid: of :data:`INT8_WIDTH_MULTIPLE`).
     """
     if quantization == "none":
         return
-    hybrid = quantization == "int4-hybrid"  # layers of its own (decoding.int4_hybrid), not a torchao config
-    if hybrid:
+    if quantization not in QUANTIZATIONS or quantization == "auto":
+        raise ModelLoadError(f"unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
+    hybrid = _HYBRIDS.get(quantization)  # layers of ours (decoding.hybrid_linear), not a torchao config
+    if quantization == "int4-hybrid":
         _import_torchao()
     config = None if hybrid else quantization_config(quantization)
     device = next(model.parameters()).device
     if device.type != "cpu":
         raise ModelLoadError(f"quantization {quantization!r} is offered on the CPU only, and model {name!r} is on "
                              f"{device}; use quantization 'none' there")
-    from torchao.quantization import quantize_
-
     try:
         if hybrid:
-            quantized, linears, bounds = make_hybrid(model)
+            quantized, linears, bounds = hybrid(model, bounds)
         else:
+            from torchao.quantization import quantize_
+
             quantize_(model, config)
             quantized, linears = quantized_linear_count(model)
     except (AssertionError, RuntimeError, ValueError, NotImplementedError) as exc:
@@ -115,8 +125,9 @@ def quantize_weights(model: torch.nn.Module, quantization: str, name: str) -> No
                              f"{type(exc).__name__}: {exc}") from exc
     if quantized == 0:
         raise ModelLoadError(f"quantization {quantization!r} fits none of model {name!r}'s {linears} linear layers "
-                             f"(int4 needs input widths that are multiples of {INT4_GROUP_SIZE})")
+                             f"(int4 needs input widths that are multiples of {INT4_GROUP_SIZE}, int8-hybrid of "
+                             f"{INT8_WIDTH_MULTIPLE})")
     log.info("quantized %d of %d linear layers of %s to %s", quantized, linears, name, quantization)
     if hybrid:
-        log.info("int4-hybrid runs int4 up to %s tokens per pass by weight shape",
+        log.info("%s runs its low-bit kernel up to %s tokens per pass by weight shape", quantization,
                  ", ".join(f"{o}x{i}: {m}" for (o, i), m in sorted(bounds.items())))

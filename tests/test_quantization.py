@@ -107,48 +107,88 @@ def test_missing_torchao_is_a_load_error_naming_the_install(monkeypatch):
 
 def test_setting_reaches_the_engine_config_and_bad_values_are_warned():
     assert Settings(quantization="int4").engine_config().quantization == "int4"
-    assert Settings().engine_config().quantization == "none"
+    assert Settings().engine_config().quantization == "auto"
     settings, warnings = parse_settings({"quantization": "int2"})
-    assert settings.quantization == "none" and any("speclsp.quantization" in w for w in warnings)
+    assert settings.quantization == "auto" and any("speclsp.quantization" in w for w in warnings)
 
 
-# --- int4-hybrid: int4 for short passes, the same weights dequantised for long ones ---------------------
+# --- int8-hybrid and int4-hybrid: low-bit weights for short passes, the same weights dequantised for long ones
 
-@pytest.fixture(scope="module")
-def hybrid_engine() -> Engine:
+@pytest.fixture(scope="module", params=["int8-hybrid", "int4-hybrid"])
+def hybrid_engine(request) -> Engine:
     config = EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="float32",
-                          quantization="int4-hybrid")
+                          quantization=request.param)
     return Engine.load(config)
 
 
 def _hybrid_layers(model):
-    from decoding.int4_hybrid import HybridInt4Linear
+    from decoding.hybrid_linear import HybridLinear
 
-    return [m for m in model.modules() if isinstance(m, HybridInt4Linear)]
+    return [m for m in model.modules() if isinstance(m, HybridLinear)]
 
 
-def test_hybrid_layers_run_int4_up_to_their_bound_and_the_dequantised_weights_after_it(hybrid_engine):
-    from torchao.utils import TorchAOBaseTensor
-
+def test_hybrid_layers_run_low_bit_up_to_their_bound_and_the_dequantised_weights_after_it(hybrid_engine):
     layers = _hybrid_layers(hybrid_engine.target.model)
     assert layers and not any(isinstance(m, torch.nn.Linear) for m in hybrid_engine.target.model.modules())
     layer = layers[0]
-    assert isinstance(layer.packed, TorchAOBaseTensor) and layer.max_int4_tokens in (0, 1, 2, 4, 8, 16, 32)
-    layer_bound, layer.max_int4_tokens = layer.max_int4_tokens, 4
+    assert layer.max_low_bit_tokens in (0, 1, 2, 4, 8, 16, 32)
+    layer_bound, layer.max_low_bit_tokens = layer.max_low_bit_tokens, 4
     try:
         short, long = torch.randn(1, 4, layer.in_features), torch.randn(1, 5, layer.in_features)
         with torch.inference_mode():
-            assert torch.equal(layer(short), torch.nn.functional.linear(short, layer.packed, layer.bias))
+            assert torch.equal(layer(short), layer.low_bit(short))
             assert torch.equal(layer(long), torch.nn.functional.linear(long, layer.dense, layer.bias))
-            # one set of weights: the dense copy is the int4 kernel's own weights (float32: up to the sum order) ...
-            by_int4 = torch.nn.functional.linear(long, layer.packed)
-            assert torch.allclose(torch.nn.functional.linear(long, layer.dense), by_int4, atol=1e-4, rtol=1e-4)
+            # one set of weights: the dense copy is the low-bit kernel's own weights (float32: up to the sum order) ...
+            by_low_bit = layer.low_bit(long)
+            assert torch.allclose(torch.nn.functional.linear(long, layer.dense, layer.bias), by_low_bit,
+                                  atol=1e-4, rtol=1e-4)
             # ... which the float weights it was made from are not
             original = load_model("starter", device="cpu", dtype="float32").model.model.layers[0].self_attn.q_proj
             assert layer.in_features == original.in_features
-            assert not torch.allclose(torch.nn.functional.linear(long, original.weight), by_int4, atol=1e-3)
+            assert not torch.allclose(torch.nn.functional.linear(long, original.weight, original.bias), by_low_bit,
+                                      atol=1e-4, rtol=1e-4)
     finally:
-        layer.max_int4_tokens = layer_bound
+        layer.max_low_bit_tokens = layer_bound
+
+
+def test_int8_hybrid_weights_are_one_scale_per_row_and_the_kernel_reads_them():
+    """The copy is the int8 values times the rounded scales exactly, a row keeps its largest weight, and
+    the int8 kernel computes the copy's products: off the float32 product by about as much as bfloat16's
+    own product of the copy (its rounding), and by far less than the weights before quantisation."""
+    from decoding.int8_hybrid import quantized
+
+    torch.manual_seed(0)
+    weight = torch.randn(512, 1536, dtype=torch.bfloat16) * 0.02
+    qweight, scales, dense = quantized(weight)
+    assert qweight.dtype == torch.int8 and scales.dtype == dense.dtype == torch.bfloat16
+    assert torch.equal(dense, (qweight.float() * scales.float()[:, None]).to(torch.bfloat16))
+    assert torch.equal(qweight.abs().amax(dim=1), torch.full((512,), 127, dtype=torch.int8))
+    x = torch.randn(4, 1536, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        exact = torch.nn.functional.linear(x.float(), dense.float())
+
+        def error(product):  # relative root-mean-square error against the float32 product of the copy
+            return float((product.float() - exact).pow(2).mean().sqrt() / exact.pow(2).mean().sqrt())
+
+        by_kernel = error(torch.ops.aten._weight_int8pack_mm(x, qweight, scales))
+        by_dense = error(torch.nn.functional.linear(x, dense))
+        by_original = error(torch.nn.functional.linear(x, weight))
+    assert 0 < by_kernel <= 2 * by_dense, (by_kernel, by_dense)
+    assert by_original > 3 * by_kernel, (by_original, by_kernel)
+
+
+def test_int8_hybrid_leaves_widths_the_kernel_may_not_take_and_needs_no_torchao(monkeypatch):
+    """Widths not a multiple of 16 crashed the int8 kernel's process in bfloat16; such a layer stays as it
+    was. torchao is not imported for int8-hybrid (the kernel is PyTorch's)."""
+    from decoding.int8_hybrid import HybridInt8Linear
+
+    monkeypatch.setitem(sys.modules, "torchao.quantization", None)
+    model = tiny_model(seed=0, hidden=128)
+    model.lm_head = torch.nn.Linear(128, 100, bias=False)  # fits: the input width is 128
+    odd = torch.nn.Linear(100, 128)
+    model.model.odd = odd
+    quantize_weights(model, "int8-hybrid", "tiny")
+    assert isinstance(model.lm_head, HybridInt8Linear) and model.model.odd is odd
 
 
 def test_hybrid_int4_weights_are_torchaos_own():
@@ -166,15 +206,17 @@ def test_hybrid_int4_weights_are_torchaos_own():
         assert torch.allclose(torch.nn.functional.linear(x.float(), dense), expected.float(), atol=0.05, rtol=0.02)
 
 
-def test_the_int4_bound_is_the_largest_size_where_int4_is_faster():
-    from decoding.int4_hybrid import HybridInt4Linear, _fastest_int4_bound
+def test_the_low_bit_bound_is_the_largest_size_where_the_low_bit_kernel_is_faster():
+    from decoding.hybrid_linear import fastest_low_bit_bound
+    from decoding.int8_hybrid import HybridInt8Linear
 
-    layer = HybridInt4Linear(torch.nn.Linear(128, 32))
+    layer = HybridInt8Linear(torch.nn.Linear(128, 32))
     for faster_up_to, expected in ((0, 0), (1, 1), (8, 8), (32, 32), (3, 2)):
-        def timer(weight, x, limit=faster_up_to):  # int4: 1 s up to the limit, else 3 s; dense: 2 s
-            return 2.0 if weight is layer.dense else (1.0 if x.shape[1] <= limit else 3.0)
+        def timer(timed, tokens, low_bit, limit=faster_up_to):  # low-bit: 1 s up to the limit, else 3 s; dense: 2 s
+            assert timed is layer
+            return (1.0 if tokens <= limit else 3.0) if low_bit else 2.0
 
-        assert _fastest_int4_bound(layer, timer) == expected
+        assert fastest_low_bit_bound(layer, timer) == expected
 
 
 @pytest.mark.parametrize("mode", ["ngram", "model"])
@@ -184,15 +226,16 @@ def test_speculative_greedy_equals_plain_greedy_of_the_hybrid_model(hybrid_engin
     bounds = {}
     for loaded in (hybrid_engine.target, hybrid_engine.draft):
         for layer in _hybrid_layers(loaded.model):
-            bounds[layer], layer.max_int4_tokens = layer.max_int4_tokens, 2
+            bounds[layer], layer.max_low_bit_tokens = layer.max_low_bit_tokens, 2
     try:
         assert_speculative_equals_plain(hybrid_engine, mode)
     finally:
         for layer, bound in bounds.items():
-            layer.max_int4_tokens = bound
+            layer.max_low_bit_tokens = bound
 
 
-def test_hybrid_refuses_a_model_with_no_layer_it_fits():
-    model = tiny_model(seed=0, hidden=32)
-    with pytest.raises(ModelLoadError, match="'int4-hybrid' fits none of model 'tiny'"):
-        quantize_weights(model, "int4-hybrid", "tiny")
+@pytest.mark.parametrize("quantization, hidden", [("int4-hybrid", 32), ("int8-hybrid", 24)])
+def test_hybrid_refuses_a_model_with_no_layer_it_fits(quantization, hidden):
+    model = tiny_model(seed=0, hidden=hidden)  # input widths hidden and 2 x hidden: none fits the format
+    with pytest.raises(ModelLoadError, match=f"'{quantization}' fits none of model 'tiny'"):
+        quantize_weights(model, quantization, "tiny")
