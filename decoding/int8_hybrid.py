@@ -61,7 +61,7 @@ def quantized(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
         rows = slice(start, start + _ROWS_PER_CHUNK)
         scale = (weight[rows].abs().amax(dim=1).float() / 127).clamp(min=torch.finfo(weight.dtype).tiny)
         scale = scale.to(weight.dtype)
-        values = weight[rows].float().div_(scale.float()[:, None])
+        values = weight[rows].to(torch.float32, copy=True).div_(scale.float()[:, None])  # never the weight itself
         qweight[rows] = values.round_().clamp_(-127, 127)
         scales[rows] = scale
         torch.mul(qweight[rows].to(weight.dtype), scale[:, None], out=dense[rows])

@@ -177,6 +177,18 @@ def test_int8_hybrid_weights_are_one_scale_per_row_and_the_kernel_reads_them():
     assert by_original > 3 * by_kernel, (by_original, by_kernel)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_quantisation_leaves_the_weight_it_reads_as_it_was(dtype):
+    """The starter's output layer shares its weight with the embedding: quantising it in place (as a float32
+    weight's ``.float()`` is the weight itself) turned every prompt's embedding into garbage."""
+    from decoding.int8_hybrid import quantized
+
+    weight = torch.randn(64, 128, dtype=dtype)
+    before = weight.clone()
+    quantized(weight)
+    assert torch.equal(weight, before)
+
+
 def test_int8_hybrid_leaves_widths_the_kernel_may_not_take_and_needs_no_torchao(monkeypatch):
     """Widths not a multiple of 16 crashed the int8 kernel's process in bfloat16; such a layer stays as it
     was. torchao is not imported for int8-hybrid (the kernel is PyTorch's)."""
