@@ -3,8 +3,8 @@
 The server's trace file at ``traceLevel: verbose`` holds, per answered completion, what a replay needs
 (``replay``: the target, the prompt and output token ids, the stops, the length cap and the token-healing
 text; :func:`lsp_server.tracing.replay_record`). :func:`check_replays` decodes each prompt again with
-``--drafter none`` (the target alone, one token a step, under the same healing constraint) and compares
-token for token. Where the two part, it measures whether that lies within the kernel noise of the
+``--drafter none`` (the target alone, one token a step, under the same healing constraint, from a cold
+cache: the prompt in one prefill) and compares token for token. Where the two part, it measures whether that lies within the kernel noise of the
 target's dtype (:func:`bench.noise.divergence_within_noise`: a verify pass over several tokens and
 one-token steps compute the logits differently, and so does a prompt prefilled in the server's pieces; in
 bfloat16 by up to whole logits, docs/exactness.md), the answer's own verify passes included where the
@@ -41,7 +41,7 @@ def plain_config(replay: dict) -> GenerationConfig:
 
 
 def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto",
-                  chunk: int = DEFAULT_MAX_DRAFT_TOKENS + 1, engine: str = "torch", quantization: str = "auto") -> dict:
+                  chunk: int = DEFAULT_MAX_DRAFT_TOKENS + 1, engine: str = "torch", quantization: str = "none") -> dict:
     """Replay every greedy ``replay`` record with plain decoding of its target.
 
     Args:
@@ -72,6 +72,8 @@ def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto"
                                           engine=engine_kind, quantization=quantization))
         for number, replay in enumerate(records, 1):
             prompt, output = replay["prompt_ids"], replay["output_ids"]
+            engine.reset_caches()  # plain decoding of this prompt alone: another record's cached prefix would
+            # prefill it in pieces of any size (a suffix of a few tokens runs int8-hybrid's int8 kernel)
             plain = engine.generate(prompt, plain_config(replay), "none", cache_key="replay").token_ids
             summary["checked"] += 1
             if plain == output:

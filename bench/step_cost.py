@@ -106,13 +106,14 @@ def cost_row(name: str, model, vocab_size: int, context: int, repeats: int, seed
 
 
 def step_costs(engine: Engine, contexts: tuple[int, ...] = (512,), repeats: int = 5, seed: int = 0) -> list[dict]:
-    """One row per loaded model and context (:func:`cost_row`), with the engine's dtype, quantization and kind."""
+    """One row per loaded model and context (:func:`cost_row`), with the engine's dtype and kind and the
+    quantization the model was loaded with (``auto`` settled)."""
     rows = []
     models = [("target", engine.target)] + ([("draft", engine.draft)] if engine.draft is not None else [])
     for role, loaded in models:
         for context in contexts:
             row = cost_row(loaded.name, loaded.model, loaded.vocab_size, context, repeats, seed)
-            rows.append({"role": role, "dtype": engine.config.dtype, "quantization": engine.config.quantization,
+            rows.append({"role": role, "dtype": engine.config.dtype, "quantization": loaded.quantization,
                          "engine": engine.config.engine, **row})
             print(f"step cost: {role} {loaded.name} at {context} done", file=sys.stderr)
     return rows

@@ -277,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
                 row["exactness"] = check_replays(row["replays"], device=settings.get("device", "auto"),
                                                  dtype=settings.get("dtype", "auto"),
                                                  engine=settings.get("engine", "torch"),
-                                                 quantization=settings.get("quantization", "auto"))
+                                                 quantization=settings.get("quantization", "none"))
     for row in rows:
         row.pop("replays")
     result = {"functions": [name for name, *_ in functions], "model": args.model, "draft_model": args.draft_model,

@@ -60,11 +60,12 @@ def test_auto_keeps_float32_weights_and_measures_nothing(tmp_path, monkeypatch):
 
 
 def test_the_engine_loads_what_auto_chose_with_its_bounds(tmp_path, monkeypatch):
-    """The starter pair in bfloat16 through Engine.load with the default setting: every layer the int8
+    """The starter pair in bfloat16 through Engine.load with quantization auto: every layer the int8
     kernel takes is a HybridInt8Linear with the chosen bound, and the loaded model says so."""
     monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path))
     _timed_bounds(monkeypatch, lambda layer: 2)
-    engine = Engine.load(EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="bfloat16"))
+    engine = Engine.load(EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="bfloat16",
+                                      quantization="auto"))
     assert engine.config.quantization == "auto"
     for loaded in (engine.target, engine.draft):
         layers = [m for m in loaded.model.modules() if isinstance(m, HybridInt8Linear)]

@@ -5,7 +5,8 @@ while llama.cpp read its Q4_K_M file at about 25 GB/s (44.2 ms); on the Intel Xe
 18 GB/s (200.8 ms). This times ``F.linear`` in bfloat16 on the 1.5B's weight shapes at M rows, with
 oneDNN (torch's default) and without it, and asks oneDNN which kernel it ran (``ONEDNN_VERBOSE``), so
 a session on that machine sees at once whether the slow path is a kernel choice. On the Intel Xeon
-oneDNN runs ``brg_matmul:avx10_1_512_amx`` (AMX) for every M; Zen 4 has no AMX.
+oneDNN runs ``brg_matmul:avx10_1_512_amx`` (AMX) for every M; Zen 4 has no AMX. It also times the
+int8 weight-only kernel that ``int8-hybrid`` (and so ``quantization: auto``) runs for short passes.
 
 Run (repository root, about a minute)::
 
@@ -54,6 +55,23 @@ def time_layer(torch, rows: int, repeats: int, dtype) -> float:
     return statistics.median(spent[5:])  # 5 warm-ups: oneDNN builds a kernel per shape on first use
 
 
+def time_layer_int8(torch, rows: int, repeats: int) -> float:
+    """Median ms of the same seven products through PyTorch's weight-only int8 kernel
+    (``aten._weight_int8pack_mm``, bfloat16 activations: what ``int8-hybrid`` runs for short passes)."""
+    generator = torch.Generator().manual_seed(0)
+    weights = [(torch.randint(-127, 128, shape, generator=generator, dtype=torch.int8),
+                (torch.rand(shape[0], generator=generator) / 100).bfloat16()) for shape in LAYER_SHAPES]
+    inputs = {shape[1]: torch.randn(rows, shape[1], generator=generator).bfloat16() for shape in LAYER_SHAPES}
+    spent = []
+    with torch.inference_mode():
+        for _ in range(repeats + 5):
+            started = time.perf_counter()
+            for qweight, scales in weights:
+                torch.ops.aten._weight_int8pack_mm(inputs[qweight.shape[1]], qweight, scales)
+            spent.append(1000 * (time.perf_counter() - started))
+    return statistics.median(spent[5:])
+
+
 def bf16_supported(torch) -> bool | None:
     """Whether torch finds oneDNN's bfloat16 kernels usable here (``None``: this torch cannot say)."""
     try:
@@ -99,11 +117,12 @@ def main() -> int:
         with torch.backends.mkldnn.flags(enabled=False):
             without = time_layer(torch, rows, args.repeats, torch.bfloat16)
         float32 = time_layer(torch, rows, args.repeats, torch.float32)
+        int8 = time_layer_int8(torch, rows, args.repeats)
         report["rows"][rows] = {"bf16_ms": round(default, 3), "bf16_without_onednn_ms": round(without, 3),
-                                "float32_ms": round(float32, 3),
+                                "float32_ms": round(float32, 3), "int8_weight_only_ms": round(int8, 3),
                                 "bf16_GB_per_s": round(layer_bytes / default / 1e6, 2)}
         print(f"M={rows:2d}: one layer's products in bfloat16 {default:7.2f} ms ({layer_bytes / default / 1e6:5.1f} GB/s), "
-              f"without oneDNN {without:7.2f} ms, float32 {float32:7.2f} ms", flush=True)
+              f"without oneDNN {without:7.2f} ms, float32 {float32:7.2f} ms, int8 weights {int8:7.2f} ms", flush=True)
     report["onednn_kernels"] = {rows: onednn_kernels(rows) for rows in (1, 16)}
     for rows, kernels in report["onednn_kernels"].items():
         print(f"oneDNN, M={rows}: {'; '.join(kernels)}")
