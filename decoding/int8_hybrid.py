@@ -7,11 +7,12 @@ whole-weight dequantisation per call, as torchao 0.18's eager ``int8`` does). A 
 dense product over the same weights dequantised to the activation dtype. How the layer chooses and why it
 is one model: :mod:`decoding.hybrid_linear`.
 
-Against int4: the steps gain less (measured on a 2-core Intel Xeon: the 1.5B's one-token step 153 ms
-against bfloat16's 190-290, int4-hybrid's 83), but the weights are as close to the bfloat16 model as
-its own kernel rounding: fed the bfloat16 model's greedy continuations of the ``bench decode`` prompts,
-the int8 weights picked the same top token at 99.4% of positions, bfloat16 itself in one pass at 99.2%
-(int4: 96.8%). No torchao needed: the kernel is PyTorch's. Memory: the bfloat16 model plus half of it.
+Against int4: the steps gain less (2-core Intel Xeon, one hour: the 1.5B's one-token step 136.8 ms
+against bfloat16's 193.0 and int4-hybrid's 78.5), but the weights stay close to the bfloat16 model: fed
+the bfloat16 model's greedy continuations of the ``bench decode`` prompts (``speclsp bench agreement``),
+the 1.5B's int8 weights picked the same top token at 99.33% of positions, bfloat16 itself in one pass
+at 99.19%, int4 at 95.84% (the 0.5B: 98.72%, 99.40%, 93.49%). No torchao needed: the kernel is
+PyTorch's. Memory: the bfloat16 model plus half of it.
 """
 
 from __future__ import annotations

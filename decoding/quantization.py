@@ -12,7 +12,8 @@ embeddings, norms and the KV cache keep the model's dtype. Both go through torch
 * ``int8-hybrid``: int8 weights (one scale per row) run by PyTorch's own int8 kernel for passes of few
   tokens, the same weights dequantised for long ones (prefill, long verify passes), the bound measured per
   weight shape at load: :mod:`decoding.int8_hybrid` (:mod:`decoding.hybrid_linear`). Needs no torchao;
-  its weights are as close to the model's as the model's own kernel rounding.
+  its weights keep the model's greedy choices nearly as often as the model keeps its own across pass
+  shapes (``speclsp bench agreement``).
 * ``int4-hybrid``: the same with int4 weights: :mod:`decoding.int4_hybrid`.
 * ``int4``: torchao's CPU int4 layout (``PrototypeInt4WeightOnlyConfig``, ``Int4OpaqueTensor``):
   asymmetric, groups of :data:`INT4_GROUP_SIZE` input channels, packed for PyTorch's CPU kernel

@@ -75,7 +75,7 @@ class Settings:
         "CPU runs it faster than bfloat16, measured once and cached; else none), int8, int4 (torchao: pip "
         "install 'speclsp[quantization]'), int8-hybrid or int4-hybrid (int8 or int4 for passes of few tokens, the "
         "same weights dequantised for prefill and long verify passes, the bound measured at load; int8-hybrid "
-        "needs no torchao and keeps the model's choices but for its own kernel rounding). CPU only. Speculative "
+        "needs no torchao and keeps the model's greedy choices nearly as often as bfloat16 keeps its own). CPU only. Speculative "
         "output stays equal to plain decoding of the same quantized model.", cli=True, enum=list(QUANTIZATIONS))
     engine: str = _setting(
         "torch", "What runs the model passes: torch (transformers, in dtype), or llama.cpp: a model pack or .gguf "
