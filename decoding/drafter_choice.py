@@ -22,9 +22,7 @@ bfloat16 one 1.0-1.4).
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import platform
 import time
 import weakref
@@ -33,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from decoding.cache_files import read_json, update_json
 from decoding.gguf_models import cache_root
 from decoding.hybrid_linear import HybridLinear
 from decoding.kv_cache import cache_state, logits_width
@@ -191,36 +190,23 @@ def _entry(known: dict, key: str) -> dict[int, float] | None:
 
 
 def _read_costs() -> dict:
-    path = _cache_file()
-    try:
-        known = json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError):
-        known = {}
-    return known if isinstance(known, dict) else {}
+    return read_json(_cache_file())
 
 
 def _keep(key: str, costs: dict[int, float]) -> dict[int, float]:
     """Write ``costs`` under ``key`` into the cache file, each M's cost the lower of ``costs`` and the
     file's, the file read again under a lock so that processes measuring at the same time keep theirs;
     returns the curve written (a cache that cannot be written is only logged: then ``costs``)."""
-    from filelock import FileLock, Timeout
-
-    path = _cache_file()
     costs = {size: round(ms, 3) for size, ms in costs.items()}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path.with_suffix(".lock")), timeout=30):
-            known = _read_costs()
-            earlier = _entry(known, key)
-            if earlier is not None:
-                costs = {size: min(ms, earlier[size]) for size, ms in costs.items()}
-            known[key] = {str(size): ms for size, ms in costs.items()}
-            temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(json.dumps(known, indent=1) + "\n")
-            temporary.replace(path)
-    except (OSError, Timeout) as exc:
-        log.warning("could not keep the measured pass costs in %s: %s", path, exc)
-    return costs
+    kept = dict(costs)
+
+    def merge(known: dict) -> None:
+        earlier = _entry(known, key)
+        if earlier is not None:
+            kept.update({size: min(ms, earlier[size]) for size, ms in costs.items()})
+        known[key] = {str(size): ms for size, ms in kept.items()}
+
+    return kept if update_json(_cache_file(), merge, "measured pass costs") else costs
 
 
 def _remember(model, key: str, costs: dict[int, float]) -> None:

@@ -15,19 +15,15 @@ same weights every time. Elsewhere (a GPU, float32, llama.cpp) ``auto`` is ``non
 
 from __future__ import annotations
 
-import json
-import logging
-import os
 from pathlib import Path
 
 import torch
 
+from decoding.cache_files import read_json, update_json
 from decoding.drafter_choice import cost_key
 from decoding.gguf_models import cache_root
 from decoding.hybrid_linear import fastest_low_bit_bound
 from decoding.int8_hybrid import HybridInt8Linear, fits
-
-log = logging.getLogger(__name__)
 
 MIN_FASTER_SHARE = 0.5  # of the linear weights, in shapes where int8 is faster for one token: auto picks int8-hybrid
 
@@ -69,7 +65,7 @@ def choose_quantization(model: torch.nn.Module, name: str) -> tuple[str, dict[tu
 
 def _cached(key: str, shapes: set[tuple[int, int]]) -> dict[tuple[int, int], int] | None:
     """The bounds kept for ``key``, if they cover ``shapes``."""
-    entry = _read().get(key)
+    entry = read_json(_cache_file()).get(key)
     if not isinstance(entry, dict):
         return None
     try:
@@ -79,28 +75,11 @@ def _cached(key: str, shapes: set[tuple[int, int]]) -> dict[tuple[int, int], int
     return bounds if shapes <= set(bounds) else None
 
 
-def _read() -> dict:
-    path = _cache_file()
-    try:
-        known = json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError):
-        known = {}
-    return known if isinstance(known, dict) else {}
-
-
 def _keep(key: str, bounds: dict[tuple[int, int], int]) -> None:
-    """Write ``bounds`` under ``key`` (a file lock against other processes; one that cannot be written is
-    only logged: the next load measures again)."""
-    from filelock import FileLock, Timeout
+    """Write ``bounds`` under ``key`` (one that cannot be written is only logged: the next load measures
+    again)."""
 
-    path = _cache_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path.with_suffix(".lock")), timeout=30):
-            known = _read()
-            known[key] = {f"{o}x{i}": bound for (o, i), bound in sorted(bounds.items())}
-            temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(json.dumps(known, indent=1) + "\n")
-            temporary.replace(path)
-    except (OSError, Timeout) as exc:
-        log.warning("could not keep the weight choice in %s: %s", path, exc)
+    def put(known: dict) -> None:
+        known[key] = {f"{o}x{i}": bound for (o, i), bound in sorted(bounds.items())}
+
+    update_json(_cache_file(), put, "weight choice")
