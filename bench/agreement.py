@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from bench.workloads import WORKLOADS, workloads
-from decoding.loading import load_model
+from decoding.loading import LoadedModel, load_model
 from decoding.types import QUANTIZATIONS
 
 REFERENCE = "reference (one pass)"
@@ -53,14 +53,14 @@ def agreement(model, prompt: list[int], continuation: list[int]) -> tuple[int, i
     return sum(agreed), len(continuation), agreed.index(False) if False in agreed else len(continuation)
 
 
-def measure(model_name: str, quantizations: list[str], prompts: dict[str, list[tuple[list[int], int]]],
+def measure(reference: LoadedModel, quantizations: list[str], prompts: dict[str, list[tuple[list[int], int]]],
             dtype: str = "bfloat16", new_tokens: int = 64) -> list[dict]:
-    """One row for the reference and one per quantization (see the module docstring)."""
-    reference = load_model(model_name, device="cpu", dtype=dtype).model
-    continuations = {(workload, i): greedy_continuation(reference, prompt, min(new_tokens, budget))
+    """One row for ``reference`` (the model loaded in ``dtype``, no quantization) and one per quantization
+    of the same model (see the module docstring)."""
+    model_name = reference.name
+    continuations = {(workload, i): greedy_continuation(reference.model, prompt, min(new_tokens, budget))
                      for workload, cases in prompts.items() for i, (prompt, budget) in enumerate(cases)}
-    rows = [_row(model_name, REFERENCE, reference, prompts, continuations)]
-    del reference
+    rows = [_row(model_name, REFERENCE, reference.model, prompts, continuations)]
     for quantization in quantizations:
         gc.collect()
         candidate = load_model(model_name, device="cpu", dtype=dtype, quantization=quantization).model
@@ -86,9 +86,10 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"unknown quantizations {unknown}; use {', '.join(q for q in QUANTIZATIONS if q != 'none')}")
     rows = []
     for model_name in args.models.split(","):
-        tokenizer = load_model(model_name, device="cpu", dtype=args.dtype).tokenizer
-        prompts = workloads(tokenizer, args.quick, args.seed, names=tuple(args.workloads.split(",")))
-        rows += measure(model_name, quantizations, prompts, args.dtype, args.new_tokens)
+        reference = load_model(model_name, device="cpu", dtype=args.dtype)
+        prompts = workloads(reference.tokenizer, args.quick, args.seed, names=tuple(args.workloads.split(",")))
+        rows += measure(reference, quantizations, prompts, args.dtype, args.new_tokens)
+        del reference
     for row in rows:
         firsts = " ".join(f"{k}:{v['first_difference']}/{v['positions']}" for k, v in row["prompts"].items())
         print(f"{row['model']:<20} {row['weights']:<20} {row['agreement']:.4f} ({row['agreed']}/{row['positions']})"

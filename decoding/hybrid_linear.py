@@ -96,14 +96,14 @@ def fastest_low_bit_bound(layer: HybridLinear,
 def calibrate(layers: list[HybridLinear], known: dict[tuple[int, int], int] | None = None) -> dict[tuple[int, int], int]:
     """Set each layer's ``max_low_bit_tokens``: per weight shape, the bound in ``known`` or else
     :func:`fastest_low_bit_bound` of its first layer. Returns ``{(out, in): max_low_bit_tokens}``."""
-    chosen: dict[tuple[int, int], int] = dict(known or {})
+    known = known or {}
+    chosen: dict[tuple[int, int], int] = {}
     for layer in layers:
         shape = (layer.out_features, layer.in_features)
         if shape not in chosen:
-            chosen[shape] = fastest_low_bit_bound(layer)
+            chosen[shape] = known[shape] if shape in known else fastest_low_bit_bound(layer)
         layer.max_low_bit_tokens = chosen[shape]
-    return {shape: bound for shape, bound in chosen.items()
-            if any((layer.out_features, layer.in_features) == shape for layer in layers)}
+    return chosen
 
 
 def make_hybrid(model: torch.nn.Module, layer_type: type[HybridLinear], fits: Callable[[torch.nn.Linear], bool],
