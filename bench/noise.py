@@ -10,6 +10,8 @@ compares the lead with it (docs/exactness.md, "Exactness in low precision").
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from decoding.kv_cache import cache_state
@@ -34,42 +36,76 @@ def replay_logits(model, prompt: list[int], output: list[int], chunk: int, promp
     return torch.cat([state.forward(fed[i:i + chunk]).float() for i in range(0, len(fed), chunk)])
 
 
+def feed_shaped(state, token_ids: list[int], passes: list[tuple[int, int, bool]],
+                logits: bool = True) -> list[torch.Tensor] | None:
+    """Feed ``token_ids`` into ``state`` in the pass shapes ``passes`` ((tokens fed, tokens kept, a tree
+    pass) each, in order), the cache cut back after each pass to what it kept, and return each pass's
+    kept rows' logits.
+
+    A pass's rows past the ones it kept were other tokens in the run (rejected draft tokens, a prompt that
+    changed since); they are fed as repeats of the last kept token here. Only the pass width reaches the
+    kept rows: attention is causal and a matrix kernel computes each row from its own activations.
+
+    Returns:
+        the kept rows' ``(kept, V)`` logits per pass (those covering ``token_ids`` only; none without
+        ``logits``, which computes only a row per pass, as a prefill does), or ``None`` when
+        a tree pass comes first (its attention mask was not recorded) or ``passes`` cover fewer tokens.
+    """
+    rows, position, start = [], 0, len(state)
+    for width, kept, tree in passes:
+        if position >= len(token_ids):
+            break
+        if tree:
+            return None
+        piece = token_ids[position:position + min(kept, width)]
+        piece = piece + piece[-1:] * (width - len(piece))
+        out = state.forward(piece, logits_to_keep=0 if logits else 1)
+        if logits:
+            rows.append(out[:kept])
+        position += kept
+        state.rollback(start + min(position, len(token_ids)))
+    return rows if position >= len(token_ids) else None
+
+
 @torch.inference_mode()
 def run_shaped_logits(model, prompt: list[int], output: list[int], passes: list[tuple[int, int, bool]],
-                      upto: int) -> torch.Tensor | None:
+                      upto: int, prompt_passes: list[tuple[int, int, bool]] | None = None) -> torch.Tensor | None:
     """Teacher-forced logits predicting ``output[:upto + 1]``, computed in the very pass shapes of the run
-    that wrote ``output``: the prompt but its last token in one pass (as a generation's prefill without a
-    poll), then each verify pass as wide as it was, the cache cut back to what that pass kept.
+    that wrote ``output`` (:func:`feed_shaped`): the prompt but its last token in the passes that computed
+    it in the run's cache (``prompt_passes``, over earlier requests too; ``None``: in one pass, as a
+    generation's prefill from a cold cache without a poll), then each verify pass as wide as it was.
 
-    A pass's rows past the ones it kept were the run's rejected draft tokens; they are fed as repeats of
-    the last known token here. Only the pass width reaches the kept rows: attention is causal and a
-    matrix kernel computes each row from its own activations.
+    With both shapes from a server's own run this is the server's computation again, kernel for kernel:
+    the logits verification chose from.
 
     Args:
         passes: the run's ``GenerationStats.passes``: (tokens fed, tokens kept, a tree pass) in order.
         upto: the last output index wanted; ``output[:upto]`` must be what the run committed.
+        prompt_passes: the run's ``GenerationStats.prompt_passes``, or ``None``.
     Returns:
-        ``(upto + 1, V)`` float32 logits, or ``None`` when a tree pass came first (its attention mask was
-        not recorded) or ``passes`` end before ``upto``.
+        ``(upto + 1, V)`` float32 logits, or ``None`` when a tree pass came first, ``passes`` end before
+        ``upto`` or ``prompt_passes`` do not cover the prompt but its last token.
     """
     state = cache_state(model)
-    if len(prompt) > 1:
-        state.forward(prompt[:-1], logits_to_keep=1)
-    fed = prompt[-1:] + output
-    rows, position = [], 0
-    for width, kept, tree in passes:
-        if position > upto:
-            break
-        if tree:
-            return None
-        piece = fed[position:position + width]
-        piece = piece + piece[-1:] * (width - len(piece))
-        rows.append(state.forward(piece).float()[:kept])
-        position += kept
-        state.rollback(len(prompt) - 1 + position)
-    if position <= upto:
+    head = prompt[:-1]
+    if prompt_passes is None:
+        if head:
+            state.forward(head, logits_to_keep=1)
+    elif sum(kept for _, kept, _ in prompt_passes) != len(head) or feed_shaped(state, head, prompt_passes, logits=False) is None:
         return None
-    return torch.cat(rows)[:upto + 1]
+    rows = feed_shaped(state, (prompt[-1:] + output)[:upto + 1], passes)
+    return None if rows is None else torch.cat(rows).float()[:upto + 1]
+
+
+@dataclass(frozen=True)
+class Parting:
+    """Where an output first leaves plain greedy decoding's, measured (:func:`measure_parting`)."""
+
+    within: bool  # within the kernel noise, or (with the server's own shapes) chosen by its own computation
+    lead: float  # the plain token's logit minus the other output's token's, step by step as plain decoding
+    noise: float  # the largest move of that lead between the step-by-step computation and any other shape
+    served_lead: float | None  # the other output's token's logit minus the plain one's in the run's own
+    # computation replayed (prompt and verify passes in their recorded shapes); None without those shapes
 
 
 def divergence_within_noise(engine, prompt: list[int], reference: list[int], tokens: list[int], chunk: int,
@@ -82,6 +118,14 @@ def divergence_within_noise(engine, prompt: list[int], reference: list[int], tok
 def lead_within_noise(model, prompt: list[int], reference: list[int], tokens: list[int], chunk: int,
                       prompt_chunks: tuple[int, ...] = (),
                       passes: list[tuple[int, int, bool]] | None = None) -> tuple[bool, float, float]:
+    """(within noise, lead, noise) of :func:`measure_parting` without the prompt's recorded shapes."""
+    parting = measure_parting(model, prompt, reference, tokens, chunk, prompt_chunks, passes)
+    return parting.within, parting.lead, parting.noise
+
+
+def measure_parting(model, prompt: list[int], reference: list[int], tokens: list[int], chunk: int,
+                    prompt_chunks: tuple[int, ...] = (), passes: list[tuple[int, int, bool]] | None = None,
+                    prompt_passes: list[tuple[int, int, bool]] | None = None) -> Parting:
     """Where ``tokens`` first leaves ``reference`` (our plain greedy output), whether that is kernel noise.
 
     The two competing tokens are the reference's and the other output's at the parting position; their
@@ -99,15 +143,20 @@ def lead_within_noise(model, prompt: list[int], reference: list[int], tokens: li
     the noise is about 1e-5 and a real fault stands far outside it; in bfloat16 it reaches whole logits
     on the real 1.5B (docs/exactness.md, "Exactness in low precision").
 
+    With ``prompt_passes`` too (``GenerationStats.prompt_passes``: how the run's cache computed the
+    prompt, over earlier requests), the run-shaped replay is the run's own computation, kernel for kernel,
+    and decides alone: the parting is the run's choice when the other output's token leads there (greedy
+    verification commits the top token of its own pass), and a fault when it trails, however small the
+    lead (``served_lead``). A tree pass in either record leaves the decision to the noise.
+
     Args:
         model: a model :func:`decoding.kv_cache.cache_state` takes.
     Returns:
-        (within noise, the reference token's lead in logits, the measured noise); a length difference
-        is never within noise.
+        :class:`Parting`; a length difference is never within noise.
     """
     common = next((i for i, (a, b) in enumerate(zip(reference, tokens)) if a != b), None)
     if common is None:
-        return False, float("nan"), float("nan")
+        return Parting(False, float("nan"), float("nan"), None)
     ours, other = reference[common], tokens[common]
     stepwise = replay_logits(model, prompt, reference[:common + 1], 1)
     lead_stepwise = stepwise[:, ours] - stepwise[:, other]  # (common + 1,)
@@ -122,9 +171,17 @@ def lead_within_noise(model, prompt: list[int], reference: list[int], tokens: li
     noise = moved(replay_logits(model, prompt, padded, span)[:common + 1])
     for prompt_chunk in prompt_chunks:
         noise = max(noise, moved(replay_logits(model, prompt, reference[:common + 1], 1, prompt_chunk)))
+    served_lead = None
     if passes:
         shaped = run_shaped_logits(model, prompt, tokens, passes, common)
         if shaped is not None:
             noise = max(noise, moved(shaped))
+        if prompt_passes is not None:
+            own = run_shaped_logits(model, prompt, tokens, passes, common, prompt_passes)
+            if own is not None:
+                noise = max(noise, moved(own))
+                served_lead = float(own[common, other] - own[common, ours])
     lead = float(lead_stepwise[common])
-    return lead <= noise, lead, noise
+    if served_lead is not None:  # argmax takes the first of equal logits
+        return Parting(served_lead > 0 or (served_lead == 0 and other < ours), lead, noise, served_lead)
+    return Parting(lead <= noise, lead, noise, None)

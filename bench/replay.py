@@ -4,12 +4,15 @@ The server's trace file at ``traceLevel: verbose`` holds, per answered completio
 (``replay``: the target, the prompt and output token ids, the stops, the length cap and the token-healing
 text; :func:`lsp_server.tracing.replay_record`). :func:`check_replays` decodes each prompt again with
 ``--drafter none`` (the target alone, one token a step, under the same healing constraint, from a cold
-cache: the prompt in one prefill) and compares token for token. Where the two part, it measures whether that lies within the kernel noise of the
-target's dtype (:func:`bench.noise.divergence_within_noise`: a verify pass over several tokens and
-one-token steps compute the logits differently, and so does a prompt prefilled in the server's pieces; in
-bfloat16 by up to whole logits, docs/exactness.md), the answer's own verify passes included where the
-record holds their shapes (the prompt is then fed in one pass: the server built it over several requests).
-A parting outside that noise is a fault of ours.
+cache: the prompt in one prefill) and compares token for token. Where the two part, it measures whether that
+lies within the kernel noise of the target's dtype (:func:`bench.noise.measure_parting`: a verify pass over
+several tokens and one-token steps compute the logits differently, and so does a prompt prefilled in the
+server's pieces; in bfloat16 by up to whole logits, docs/exactness.md), the answer's own verify passes
+included where the record holds their shapes. Where it also holds how the server's cache computed the
+prompt over earlier requests (``prompt_passes``), the server's whole computation is replayed pass for pass
+and decides: the served token must lead there, as greedy verification commits the top token of its own
+pass. A parting outside the noise, or a served token that trails in the server's own computation, is a
+fault of ours.
 
 Greedy answers only: a sampled answer has no single plain output to equal (the statistical tier,
 ``tests/test_sampling_exactness.py``, checks sampling).
@@ -50,18 +53,21 @@ def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto"
             on this machine).
         chunk: the verify pass length the noise is measured with (the longest draft plus the bonus token).
     Returns:
-        ``{"checked", "identical", "within_noise", "outside_noise", "skipped", "max_noise_logits",
-        "partings": [{"model", "token", "lead", "noise"}]}``; ``outside_noise`` must be 0.
+        ``{"checked", "identical", "within_noise", "outside_noise", "own_computation", "skipped",
+        "max_noise_logits", "partings": [{"model", "token", "lead", "noise", "served_lead", "within_noise"}]}``;
+        ``outside_noise`` must be 0. ``own_computation`` counts the partings decided by the server's own
+        computation replayed (:func:`bench.noise.measure_parting`: the record holds how the server's cache
+        computed the prompt, ``prompt_passes``).
     Raises:
         decoding.errors.ModelLoadError: a recorded target cannot be loaded here.
     """
-    from bench.noise import divergence_within_noise
+    from bench.noise import measure_parting
     from decoding.engine import Engine
 
     engine_kind = engine
     by_model: dict[str, list[dict]] = defaultdict(list)
-    summary = {"checked": 0, "identical": 0, "within_noise": 0, "outside_noise": 0, "skipped": 0,
-               "max_noise_logits": 0.0, "partings": []}
+    summary = {"checked": 0, "identical": 0, "within_noise": 0, "outside_noise": 0, "own_computation": 0,
+               "skipped": 0, "max_noise_logits": 0.0, "partings": []}
     for replay in replays:
         if replay.get("temperature", 0.0) > 0 or not replay.get("output_ids"):
             summary["skipped"] += 1
@@ -80,15 +86,21 @@ def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto"
                 summary["identical"] += 1
                 continue
             passes = [(fed, kept, tree) for fed, kept, tree in replay.get("passes") or ()]
-            within, lead, noise = divergence_within_noise(engine, prompt, plain, output, chunk,
-                                                          SERVER_PIECES + (chunk,), passes or None)
+            prompt_passes = replay.get("prompt_passes")
+            parting = measure_parting(engine.target.model, prompt, plain, output, chunk, SERVER_PIECES + (chunk,),
+                                      passes or None,
+                                      [tuple(p) for p in prompt_passes] if prompt_passes is not None else None)
+            within, lead, noise = parting.within, parting.lead, parting.noise
             summary["within_noise" if within else "outside_noise"] += 1
+            summary["own_computation"] += parting.served_lead is not None
             if noise == noise:  # not NaN
                 summary["max_noise_logits"] = max(summary["max_noise_logits"], noise)
             token = next((i for i, (a, b) in enumerate(zip(plain, output)) if a != b), min(len(plain), len(output)))
             summary["partings"].append({"model": model, "token": token, "lead": lead, "noise": noise,
-                                        "within_noise": within})
+                                        "served_lead": parting.served_lead, "within_noise": within})
+            own = (f"; the served token {'leads' if within else 'TRAILS'} by {abs(parting.served_lead):.3f} in the "
+                   "server's own passes, replayed" if parting.served_lead is not None else "")
             print(f"[replay] {model} {number}/{len(records)}: parts at token {token} (lead {lead:.3f}, noise "
-                  f"{noise:.3f}): {'within' if within else 'OUTSIDE'} the noise", file=sys.stderr)
+                  f"{noise:.3f}{own}): {'within' if within else 'OUTSIDE'} the noise", file=sys.stderr)
         del engine
     return summary

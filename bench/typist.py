@@ -268,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
             llama.stop()
     if getattr(args, "check_exact", False):
         from bench.replay import check_replays
+        from lsp_server.settings import Settings
 
         for row in rows:
             if row["replays"]:
@@ -277,7 +278,8 @@ def run(args: argparse.Namespace) -> int:
                 row["exactness"] = check_replays(row["replays"], device=settings.get("device", "auto"),
                                                  dtype=settings.get("dtype", "auto"),
                                                  engine=settings.get("engine", "torch"),
-                                                 quantization=settings.get("quantization", "none"))
+                                                 quantization=settings.get("quantization",
+                                                                           Settings().quantization))
     for row in rows:
         row.pop("replays")
     result = {"functions": [name for name, *_ in functions], "model": args.model, "draft_model": args.draft_model,
@@ -298,6 +300,7 @@ def run(args: argparse.Namespace) -> int:
             e = row["exactness"]
             print(f"{row['row']} {row['pace']}: {e['checked']} shown answers replayed with plain decoding: "
                   f"{e['identical']} identical, {e['within_noise']} parted within the kernel noise (up to "
-                  f"{e['max_noise_logits']:.3f} logits), {e['outside_noise']} outside it")
+                  f"{e['max_noise_logits']:.3f} logits), {e['outside_noise']} outside it; "
+                  f"{e.get('own_computation', 0)} of the partings decided by the server's own computation replayed")
     faults = sum(row.get("exactness", {}).get("outside_noise", 0) for row in rows)
     return 1 if faults else 0

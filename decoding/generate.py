@@ -299,6 +299,7 @@ class SpeculativeGenerator:
         t0 = time.perf_counter()
         prefill = self.state.prefill(run.committed, run.config.prefill_chunk_tokens, should_stop)
         run.stats.prefill_reused = prefill.reused
+        run.stats.prompt_passes = list(getattr(self.state, "history", ()))  # a llama.cpp state keeps none
         run.stats.prefill_computed = len(run.committed) - prefill.reused  # the last: fed by the first round
         if prefill.stopped:
             run.output.finish_reason = FINISH_CANCELLED

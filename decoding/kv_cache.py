@@ -71,6 +71,10 @@ class KVCacheState:
         # Without it every layer keeps all positions (the attention mask still applies the window).
         self.cache = DynamicCache()
         self.token_ids: list[int] = []
+        # How the cached positions were computed, in order: per forward pass still in the cache, (tokens it
+        # fed, its positions still cached, a tree pass). Kernels round differently per pass width, so a
+        # replay needs these shapes to compute the same keys and values (bench.noise.run_shaped_logits).
+        self.history: list[tuple[int, int, bool]] = []
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -87,7 +91,17 @@ class KVCacheState:
         if remove:
             self.cache.crop(-remove)  # transformers 5: a negative count of tokens to remove
             del self.token_ids[keep:]
+            self._trim_history(keep, keep + remove)
         self._check()
+
+    def _trim_history(self, keep: int, held: int) -> None:
+        """Cut :attr:`history` (covering ``held`` positions) to the passes, or the first positions of the
+        last one, that computed the first ``keep`` positions; from the end, as rollbacks cut few."""
+        while self.history and held - self.history[-1][1] >= keep:
+            held -= self.history.pop()[1]
+        if held > keep:
+            fed, kept, tree = self.history[-1]
+            self.history[-1] = (fed, kept - (held - keep), tree)
 
     def common_prefix(self, token_ids: list[int]) -> int:
         """Length of the longest common prefix of the cached ids and ``token_ids``."""
@@ -177,6 +191,8 @@ class KVCacheState:
             layer.keys = layer.keys.index_select(-2, index)
             layer.values = layer.values.index_select(-2, index)
         self.token_ids = self.token_ids[:prefix] + [self.token_ids[i] for i in extra]
+        self._trim_history(prefix, held)
+        self.history.append((held - prefix, len(extra), True))  # positions picked out of a tree's passes
         self._check()
 
     @torch.inference_mode()
@@ -210,11 +226,12 @@ class KVCacheState:
         except BaseException:
             # Layers before the failing one already appended the new positions: start over empty
             # rather than keep a cache that disagrees with token_ids.
-            self.cache, self.token_ids = DynamicCache(), []
+            self.cache, self.token_ids, self.history = DynamicCache(), [], []
             raise
         if out.cache is not None:
             self.cache = out.cache
         self.token_ids.extend(new_ids)
+        self.history.append((len(new_ids), len(new_ids), attention_mask is not None))
         self._check()
         return out.logits[0]  # (n, V)
 

@@ -31,6 +31,9 @@ class GenerationStats:
     # Per verify pass, in order: (tokens fed, tokens the cache kept of them, a tree pass); what a replay
     # needs to compute the same logits in the same pass shapes (bench.noise.run_shaped_logits).
     passes: list[tuple[int, int, bool]] = field(default_factory=list, repr=False)
+    # The same for the passes that computed the cached prompt but its last token, over this and earlier
+    # requests (KVCacheState.history after the prefill); empty where the engine keeps no history.
+    prompt_passes: list[tuple[int, int, bool]] = field(default_factory=list, repr=False)
     ms: dict[str, float] = field(default_factory=lambda: {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "total": 0.0})
 
     @property
@@ -64,7 +67,7 @@ class GenerationStats:
     def to_dict(self) -> dict:
         """JSON-ready figures, derived ones included."""
         data = asdict(self)
-        del data["passes"]  # one entry per pass: for replays, not for logs
+        del data["passes"], data["prompt_passes"]  # one entry per pass: for replays, not for logs
         data["ms"] = {k: round(v, 2) for k, v in self.ms.items()}
         for name, source in self.sources.items():
             data["sources"][name]["acceptance_rate"] = round(source.acceptance_rate, 4)

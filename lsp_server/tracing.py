@@ -205,11 +205,15 @@ def replay_record(completion) -> dict:
     """What plain decoding needs to replay ``completion`` (a :class:`lsp_server.completer.Completion`):
     its target, prompt and output token ids and the generation's stops, length cap and healing text; and
     the shapes of its verify passes (``[tokens fed, tokens kept, a tree pass]`` each; empty where the
-    engine did not record them, as a remote one), which the replay's kernel-noise measure recomputes."""
+    engine did not record them, as a remote one), which the replay's kernel-noise measure recomputes, and
+    the same for the passes that computed the cached prompt but its last token (``prompt_passes``, over
+    earlier requests too), with which the replay recomputes the server's own logits."""
     config = completion.config
-    passes = getattr(getattr(completion.generation, "stats", None), "passes", None) or []
+    stats = getattr(completion.generation, "stats", None)
+    passes, prompt_passes = getattr(stats, "passes", None) or [], getattr(stats, "prompt_passes", None) or []
     return {"model": completion.model, "prompt_ids": list(completion.prompt.prompt_ids),
             "passes": [[int(fed), int(kept), bool(tree)] for fed, kept, tree in passes],
+            "prompt_passes": [[int(fed), int(kept), bool(tree)] for fed, kept, tree in prompt_passes],
             "output_ids": list(completion.generation.token_ids), "required_prefix": config.required_prefix,
             "max_new_tokens": config.max_new_tokens, "stop_strings": list(config.stop_strings),
             "stop_token_ids": sorted(config.stop_token_ids) if config.stop_token_ids is not None else None,

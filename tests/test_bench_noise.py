@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bench.noise import divergence_within_noise, replay_logits, run_shaped_logits
+from bench.noise import divergence_within_noise, measure_parting, replay_logits, run_shaped_logits
 from decoding.drafters.base import Draft, DraftContext
 from decoding.drafters.ngram import NgramDrafter
 from decoding.generate import GenerationConfig, SpeculativeGenerator
@@ -117,6 +117,42 @@ def test_a_parting_caused_by_the_pass_shape_is_within_noise_and_a_wrong_token_is
     assert within is True and noise == pytest.approx(gap + 0.5, abs=1e-4)
     within, lead, noise = divergence_within_noise(engine, PROMPT, [top], [bottom], chunk=2, passes=run_passes)
     assert within is False and lead > noise
+
+
+def test_the_cache_history_names_the_pass_that_computed_each_cached_position():
+    state = KVCacheState(tiny_model(seed=0))
+    state.forward([1, 2, 3, 4, 5])
+    state.forward([6, 7, 8])
+    assert state.history == [(5, 5, False), (3, 3, False)]
+    state.rollback(6)
+    assert state.history == [(5, 5, False), (3, 1, False)]
+    state.rollback(4)
+    assert state.history == [(5, 4, False)]
+    state.forward([9, 9, 9, 9])
+    state.keep(4, [5, 7])  # a tree's accepted branch: positions picked out of a pass
+    assert state.history == [(5, 4, False), (4, 2, True)] and len(state) == 6
+    state.rollback(0)
+    assert state.history == []
+
+
+def test_with_the_prompts_passes_the_runs_own_computation_decides_a_parting():
+    """The run-shaped replay with the prompt's recorded passes is the run's own computation: the served
+    token leads there (the boosted runner-up, chosen in a 5-wide pass) or it is a fault (a token no pass
+    put first), however the noise compares; a tree pass among the prompt's leaves it to the noise."""
+    logits = plain_first_logits()
+    top, runner_up = logits.topk(2).indices.tolist()
+    bottom = int(logits.argmin())
+    model = shape_sensitive_model(runner_up, float(logits[top] - logits[runner_up]) + 0.5)
+    prompt_passes = [(6, 6, False), (4, 4, False)]  # len(PROMPT) - 1 positions, in two pieces
+    run_passes = [(WIDTH, 1, False)]
+    parting = measure_parting(model, PROMPT, [top], [runner_up], 2, (), run_passes, prompt_passes)
+    assert parting.within is True and parting.served_lead == pytest.approx(0.5, abs=1e-4)
+    parting = measure_parting(model, PROMPT, [top], [bottom], 2, (), run_passes, prompt_passes)
+    assert parting.within is False and parting.served_lead < 0
+    # a tree pass among the prompt's, or passes that miss a prompt position: the noise decides
+    assert measure_parting(model, PROMPT, [top], [bottom], 2, (), run_passes, [(6, 6, True), (4, 4, False)]
+                           ).served_lead is None
+    assert measure_parting(model, PROMPT, [top], [runner_up], 2, (), run_passes, [(6, 6, False)]).served_lead is None
 
 
 def _gpu_exactness():

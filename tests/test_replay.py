@@ -8,6 +8,7 @@ import copy
 import json
 
 import pytest
+import torch
 from lsprotocol import types
 
 from bench.replay import check_replays
@@ -53,16 +54,14 @@ def test_the_verbose_trace_file_holds_the_replay_and_the_clients_request_id(answ
 
 
 def test_a_plain_replay_matches_and_a_wrong_answer_is_caught(answered, tmp_path, monkeypatch):
-    """The record holds the answer's pass shapes, and a wrong answer stays outside the noise although the
-    measure recomputes it in a verify pass that kept it."""
+    """A wrong answer is a fault both ways: its token trails in the server's own computation replayed
+    (the record holds how the cache computed the prompt), and, from a trace without that, it stays
+    outside the noise although the measure recomputes it in a verify pass that kept it."""
     import bench.noise
 
-    measured = []
-    real = bench.noise.divergence_within_noise
-    monkeypatch.setattr(bench.noise, "divergence_within_noise",
-                        lambda *args: measured.append(args[-1]) or real(*args))
     replay = json.loads(json.dumps(_record(answered, tmp_path)))
     assert len(replay["output_ids"]) >= 2
+    assert sum(kept for _, kept, _ in replay["prompt_passes"]) == len(replay["prompt_ids"]) - 1
     good = check_replays([replay], device="cpu", dtype="float32")
     assert (good["checked"], good["identical"], good["outside_noise"]) == (1, 1, 0)
     wrong = copy.deepcopy(replay)
@@ -73,10 +72,50 @@ def test_a_plain_replay_matches_and_a_wrong_answer_is_caught(answered, tmp_path,
     real_shaped = bench.noise.run_shaped_logits
     monkeypatch.setattr(bench.noise, "run_shaped_logits", lambda *args: shaped.append(real_shaped(*args)) or shaped[-1])
     bad = check_replays([wrong], device="cpu", dtype="float32")
-    assert (bad["checked"], bad["identical"], bad["outside_noise"]) == (1, 0, 1)
-    assert bad["partings"][0]["token"] == 1
-    assert measured == [[tuple(shape) for shape in wrong["passes"]]]
-    assert len(shaped) == 1 and shaped[0] is not None and shaped[0].shape[0] == 2
+    assert (bad["checked"], bad["identical"], bad["outside_noise"], bad["own_computation"]) == (1, 0, 1, 1)
+    assert bad["partings"][0]["token"] == 1 and bad["partings"][0]["served_lead"] < 0
+    assert len(shaped) == 2 and all(s is not None and s.shape[0] == 2 for s in shaped)
+    del wrong["prompt_passes"]  # a trace written before the server recorded them
+    shaped.clear()
+    old = check_replays([wrong], device="cpu", dtype="float32")
+    assert (old["checked"], old["outside_noise"], old["own_computation"]) == (1, 1, 0)
+    assert old["partings"][0]["served_lead"] is None and len(shaped) == 1 and shaped[0] is not None
+
+
+def test_the_record_replays_the_servers_own_logits_bit_for_bit():
+    """In bfloat16 the logits depend on how the cache was computed. Over requests that share a cache (the
+    prompt grows, prefilled in pieces, over earlier answers' verify passes), the recorded pass shapes
+    recompute every verify pass's kept rows bit for bit; the prompt in one pass does not."""
+    from bench.noise import run_shaped_logits
+    from decoding.kv_cache import KVCacheState
+    from decoding.types import GenerationConfig
+
+    engine = Engine.load(EngineConfig(model="starter", draft_model="none", device="cpu", dtype="bfloat16"))
+    rows = []
+    real_forward = KVCacheState.forward
+
+    def forward(self, new_ids, *args, **kwargs):
+        out = real_forward(self, new_ids, *args, **kwargs)
+        rows.append(out.clone())
+        return out
+
+    ids = engine.target.tokenizer(TEXT * 4)["input_ids"]
+    config = GenerationConfig(max_new_tokens=16, prefill_chunk_tokens=16)
+    bitwise, one_pass = [], []
+    for cut in (40, 52, 55, 70):
+        rows.clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(KVCacheState, "forward", forward)
+            run = engine.generate(ids[:cut], config, "ngram", cache_key="doc", should_stop=lambda: False)
+        stats, last = run.stats, len(run.token_ids) - 1
+        served = torch.cat([out[:kept] for out, (_, kept, _) in zip(rows[-len(stats.passes):], stats.passes)])
+        own = run_shaped_logits(engine.target.model, ids[:cut], run.token_ids, stats.passes, last, stats.prompt_passes)
+        one = run_shaped_logits(engine.target.model, ids[:cut], run.token_ids, stats.passes, last)
+        bitwise.append(torch.equal(own, served.float()[:last + 1]))
+        one_pass.append(torch.equal(one, served.float()[:last + 1]))
+        assert sum(kept for _, kept, _ in stats.prompt_passes) == cut - 1
+    assert len(stats.prompt_passes) > 3  # pieces of 16 and earlier answers' passes
+    assert all(bitwise) and not all(one_pass)
 
 
 def _record(completion, tmp_path) -> dict:
