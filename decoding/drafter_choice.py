@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 MAX_DRAFT_COST = 0.2  # the draft model's step over the target's at most this: auto uses it
 #: A target step slower than this (ms): inline completions are written by the draft model (see
 #: :func:`draft_model_completes`).
-COMPLETION_STEP_MS = 150.0
+COMPLETION_STEP_MS = 50.0
 _CONTEXT_TOKENS = 128
 PASS_SIZES = (1, 2, 4, 8, 16)  # tokens per pass measured at load (a step, and verify passes)
 _REPEATS = 5
@@ -246,12 +246,13 @@ def draft_model_completes(target, draft) -> tuple[bool, str]:
     (``completionModel: auto``), and why (a sentence for the log).
 
     A typist's next key comes 90-300 ms after the last (150-300 ms at a steady pace), and a suggestion
-    that arrives after it is thrown away. Where one target pass costs more than ``COMPLETION_STEP_MS``,
-    not even one verify pass fits between a steady typist's keys, the target's answers rarely come in
-    time, and the smaller model, drafting from n-grams, serves more: on a 2-core CPU (1.5B step 749 ms,
-    0.5B 472 ms) a steady typist took 39.7% of the characters from the 0.5B's suggestions against 15.4%
-    from the 1.5B's (``speclsp bench lsp --typist``, docs/performance.md#a-typist). On a GPU both steps
-    are a few tens of ms and the target writes them.
+    that arrives after it is thrown away; an answer takes a short prefill and a few passes. Where one
+    target pass costs more than ``COMPLETION_STEP_MS`` (three passes within a steady typist's shortest
+    gap), the smaller model, drafting from n-grams, serves more. On 2-core CPUs it did at every target
+    step measured (``speclsp bench lsp --typist``, docs/performance.md#a-typist): 1.5B 749 ms against
+    0.5B 472 ms, 39.7% of the characters from the 0.5B's suggestions against 15.4%; 161.6 ms, 43.6%
+    against 31.9%; int8-hybrid 121.7 ms, 35.5-37.7% against 22.9%; int4-hybrid 76.8 ms, at the fast pace
+    24.1-25.1% (the bfloat16 0.5B) against 3.2%. On a GPU both steps are a few tens of ms and the target writes them.
     """
     costs = measured_costs(target, draft)
     uses = costs.target_ms > COMPLETION_STEP_MS and costs.draft_ms < costs.target_ms

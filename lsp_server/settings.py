@@ -85,7 +85,7 @@ class Settings:
     completion_model: str = _setting(
         "auto", "Which loaded model writes inline completions: target, draft (the draft model, drafting from "
         "n-grams; next edits stay with the target), or auto: the draft model where a target step is too slow "
-        "for a typist (over 150 ms, measured at load: a 2-core CPU), else the target. Local engine only.",
+        "for a typist (over 50 ms, measured at load: every 2-core CPU measured), else the target. Local engine only.",
         enum=list(COMPLETION_MODELS))
     trust_remote_code: bool = _setting(False, "Run a model repository's own Python code. Off unless you trust "
                                        "the repository.", cli=True)

@@ -44,7 +44,8 @@ def test_the_draft_engine_is_exact_for_its_own_model():
 
 
 @pytest.mark.parametrize(("target_ms", "draft_ms", "by_draft"),
-                         [(749.1, 471.5, True), (252.0, 82.0, True), (140.0, 50.0, False), (300.0, 320.0, False)])
+                         [(749.1, 471.5, True), (252.0, 82.0, True), (121.7, 50.0, True), (40.0, 15.0, False),
+                          (300.0, 320.0, False)])
 def test_auto_chooses_the_draft_model_only_where_a_target_step_is_too_slow(monkeypatch, target_ms, draft_ms, by_draft):
     measured(monkeypatch, target_ms, draft_ms)
     backends = load_backend(BackendConfig(engine=STARTER, completion_model="auto"))
