@@ -24,9 +24,9 @@ draft model's catch-up speed) is shared.
 Columns: tokens/s, speedup over our plain greedy in the same run, tokens per target pass and
 acceptance (ours; transformers does not report them), and whether the outputs equal our plain greedy;
 where one does not, whether it parted within the kernel noise measured there (the logits of a pass over
-k + 1 tokens and of one-token steps differ; :func:`bench.noise.divergence_within_noise`, the run's own
-pass shapes among those it replays) or elsewhere (a fault, for
-our methods).
+k + 1 tokens and of one-token steps differ; :func:`bench.noise.measure_parting`, the run's own
+pass shapes among those it replays, and with the prompt's the run's own computation decides) or elsewhere
+(a fault, for our methods).
 Per workload, ``lookup_bound_tokens_per_pass``: the tokens per pass of the best lookup drafter in
 hindsight on our plain output (:func:`lookup_bound_passes`), the ceiling of every n-gram method here.
 
@@ -56,7 +56,7 @@ import torch
 from bench import llama_cpp
 from bench.decode_peers import LLAMA_METHODS, LLAMA_PLAIN, LlamaPeers
 from bench.decode_plots import plot, plot_rates
-from bench.noise import divergence_within_noise
+from bench.noise import measure_parting
 from bench.step_cost import QWEN_SHAPES, cost
 from bench.workloads import WORKLOADS, workloads
 from decoding.draft_length import DraftLengthPolicy
@@ -77,7 +77,8 @@ def run_ours(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_
 
     Returns:
         (token ids, seconds, target passes, drafted, accepted, per draft source (rounds, drafted,
-        accepted), the passes' shapes: ``GenerationStats.passes``).
+        accepted), the passes' shapes: ``GenerationStats.passes``, and the prompt's:
+        ``GenerationStats.prompt_passes``).
     """
     engine.reset_caches()  # every method starts cold: no prompt reuse between methods
     engine.policy = policy if policy is not None else DraftLengthPolicy()
@@ -87,7 +88,8 @@ def run_ours(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_
     seconds = time.perf_counter() - start
     stats = generation.stats
     sources = {name: (source.rounds, source.drafted, source.accepted) for name, source in stats.sources.items()}
-    return generation.token_ids, seconds, stats.target_passes, stats.drafted, stats.accepted, sources, stats.passes
+    return (generation.token_ids, seconds, stats.target_passes, stats.drafted, stats.accepted, sources, stats.passes,
+            stats.prompt_passes)
 
 
 @torch.inference_mode()
@@ -190,8 +192,10 @@ def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], re
                             if method in LLAMA_METHODS:
                                 continue  # its logits are not ours to replay
                             shapes = rest[1] if len(rest) > 1 else None  # ours: the run's pass shapes
-                            within, lead, noise = divergence_within_noise(engine, prompt, reference, tokens,
-                                                                          max_draft + 1, passes=shapes)
+                            prompt_shapes = rest[2] if len(rest) > 2 else None
+                            parting = measure_parting(engine.target.model, prompt, reference, tokens, max_draft + 1,
+                                                      passes=shapes, prompt_passes=prompt_shapes)
+                            within, lead, noise = parting.within, parting.lead, parting.noise
                             row["within_noise" if within else "other"] += 1
                             row["noise"] = max(row["noise"], noise)
                             row["leads"].append(round(lead, 3))

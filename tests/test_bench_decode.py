@@ -193,7 +193,7 @@ def test_each_method_learns_its_own_draft_lengths_per_workload(monkeypatch):
         def generate(self, prompt, config, mode):
             self.used = self.policy
             return SimpleNamespace(token_ids=[7], stats=SimpleNamespace(target_passes=1, drafted=0, accepted=0, passes=[],
-                                                                       sources={}))
+                                                                       prompt_passes=[], sources={}))
 
     fake, policy = Engine(), bench_decode.DraftLengthPolicy()
     monkeypatch.undo()
