@@ -345,7 +345,7 @@ def add_parser(kinds) -> None:
     decode.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (see decoding.loading)")
     decode.add_argument("--engine", default="torch", choices=ENGINES,
                         help="what runs the passes: torch, or llama.cpp on the GGUF weights (decoding.llama_cpp_model)")
-    decode.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
+    decode.add_argument("--quantization", default="auto", choices=QUANTIZATIONS,
                         help="weights of target and draft, as the setting (auto: as the server would load them)")
     decode.add_argument("--methods", default="default",
                         help=f"comma-separated, from {', '.join(OURS + THEIRS + tuple(LLAMA_METHODS))} (our plain "

@@ -44,7 +44,7 @@ def plain_config(replay: dict) -> GenerationConfig:
 
 
 def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto",
-                  chunk: int = DEFAULT_MAX_DRAFT_TOKENS + 1, engine: str = "torch", quantization: str = "none") -> dict:
+                  chunk: int = DEFAULT_MAX_DRAFT_TOKENS + 1, engine: str = "torch", quantization: str = "auto") -> dict:
     """Replay every greedy ``replay`` record with plain decoding of its target.
 
     Args:

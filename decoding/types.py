@@ -177,7 +177,7 @@ class EngineConfig:
     draft_model: str = AUTO  # as model, or "none"; auto: the target's registered partner, else none
     device: str = "auto"  # auto: CUDA when available, else CPU
     dtype: str = "auto"  # auto: see decoding.loading.resolve_dtype
-    quantization: str = "none"  # none, auto (decoding.weight_choice), int8, int4, int8-hybrid or int4-hybrid (CPU; decoding.quantization)
+    quantization: str = "auto"  # auto (decoding.weight_choice), none, int8, int4, int8-hybrid or int4-hybrid (CPU; decoding.quantization)
     engine: str = "torch"  # what runs the passes: torch, or llama.cpp on the GGUF weights (ENGINES)
     trust_remote_code: bool = False  # run a hub repository's own code: only if the user says so
     ngram: NgramConfig = field(default_factory=NgramConfig)

@@ -1,4 +1,4 @@
-"""``quantization: auto``: the weight path measured fastest here among those that keep the model.
+"""``quantization: auto`` (the default): the weight path measured fastest here among those that keep the model.
 
 The candidates are bfloat16 (``none``) and ``int8-hybrid`` (:mod:`decoding.int8_hybrid`), whose weights
 pick the bfloat16 model's greedy token nearly as often as bfloat16 itself does in another pass shape

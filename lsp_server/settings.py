@@ -71,8 +71,8 @@ class Settings:
     dtype: str = _setting("auto", "Weights' dtype; auto is bfloat16 on CUDA and on CPUs with native bfloat16 "
                           "instructions, float32 elsewhere.", cli=True, enum=list(DTYPES))
     quantization: str = _setting(
-        "none", "Weights of the target's and the draft's linear layers: none (as dtype), auto (int8-hybrid where this "
-        "CPU runs it faster than bfloat16, measured once and cached; else none), int8, int4 (torchao: pip "
+        "auto", "Weights of the target's and the draft's linear layers: auto (int8-hybrid where this CPU runs it "
+        "faster than bfloat16, measured once and cached; else as they are), none (as dtype), int8, int4 (torchao: pip "
         "install 'speclsp[quantization]'), int8-hybrid or int4-hybrid (int8 or int4 for passes of few tokens, the "
         "same weights dequantised for prefill and long verify passes, the bound measured at load; int8-hybrid "
         "needs no torchao and keeps the model's greedy choices nearly as often as bfloat16 keeps its own). CPU only. Speculative "

@@ -107,9 +107,9 @@ def test_missing_torchao_is_a_load_error_naming_the_install(monkeypatch):
 
 def test_setting_reaches_the_engine_config_and_bad_values_are_warned():
     assert Settings(quantization="int4").engine_config().quantization == "int4"
-    assert Settings().engine_config().quantization == "none"
+    assert Settings().engine_config().quantization == "auto"
     settings, warnings = parse_settings({"quantization": "int2"})
-    assert settings.quantization == "none" and any("speclsp.quantization" in w for w in warnings)
+    assert settings.quantization == "auto" and any("speclsp.quantization" in w for w in warnings)
 
 
 # --- int8-hybrid and int4-hybrid: low-bit weights for short passes, the same weights dequantised for long ones
