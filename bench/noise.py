@@ -91,7 +91,8 @@ def run_shaped_logits(model, prompt: list[int], output: list[int], passes: list[
     if prompt_passes is None:
         if head:
             state.forward(head, logits_to_keep=1)
-    elif sum(kept for _, kept, _ in prompt_passes) != len(head) or feed_shaped(state, head, prompt_passes, logits=False) is None:
+    elif (sum(kept for _, kept, _ in prompt_passes) != len(head)
+          or feed_shaped(state, head, prompt_passes, logits=False) is None):
         return None
     rows = feed_shaped(state, (prompt[-1:] + output)[:upto + 1], passes)
     return None if rows is None else torch.cat(rows).float()[:upto + 1]
