@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What issue 32 still needs measured on the 2-core AMD EPYC (Zen 4), in one go: run from the repository
-# root with the venv active and the peer build in the cache (speclsp bench peers --build); about 90
+# root with the venv active and the peer build in the cache (speclsp bench peers --build); about 115
 # minutes on a quiet machine. Writes under DIR (default /tmp/amd-DATE); copy what it wrote into
 # docs/bench/ and the tables into docs/performance.md.
 set -euo pipefail
@@ -20,5 +20,13 @@ for quantization in auto none int4-hybrid; do
 done
 speclsp bench decode --quick --workloads edit,fim --methods "$methods" --no-sweep --engine llama.cpp \
   --out "$out/decode-llama-cpp" 2>&1 | tee "$out/decode-llama-cpp.log"
+# The typist under the default and in bfloat16, every shown answer replayed in the server's own
+# computation (about 12 minutes each on the Intel Xeon).
+for quantization in auto none; do
+  speclsp bench lsp --typist --max-new-tokens 64 --paces steady --check-exact \
+    --setting "quantization=\"$quantization\"" --out "$out/typist-$quantization" > "$out/typist-$quantization.log" 2>&1 \
+    || echo "typist $quantization: a replay found a fault (see $out/typist-$quantization.log)"
+  tail -n 3 "$out/typist-$quantization.log"
+done
 cp "${SPECLSP_CACHE_DIR:-$HOME/.cache/speclsp}/weight-choice.json" "$out/" 2>/dev/null || true
 echo "wrote $out"
