@@ -102,11 +102,13 @@ def run_shaped_logits(model, prompt: list[int], output: list[int], passes: list[
 class Parting:
     """Where an output first leaves plain greedy decoding's, measured (:func:`measure_parting`)."""
 
-    within: bool  # within the kernel noise, or (with the server's own shapes) chosen by its own computation
+    within: bool  # within the kernel noise, or (with the run's own shapes) the top token of its own computation
     lead: float  # the plain token's logit minus the other output's token's, step by step as plain decoding
     noise: float  # the largest move of that lead between the step-by-step computation and any other shape
     served_lead: float | None  # the other output's token's logit minus the plain one's in the run's own
     # computation replayed (prompt and verify passes in their recorded shapes); None without those shapes
+    faithful: bool | None = None  # that replay's top tokens before the parting are the output's (else it is
+    # not the run's computation, and the parting counts as a fault); None without those shapes
 
 
 def divergence_within_noise(engine, prompt: list[int], reference: list[int], tokens: list[int], chunk: int,
@@ -126,7 +128,7 @@ def lead_within_noise(model, prompt: list[int], reference: list[int], tokens: li
 
 def measure_parting(model, prompt: list[int], reference: list[int], tokens: list[int], chunk: int,
                     prompt_chunks: tuple[int, ...] = (), passes: list[tuple[int, int, bool]] | None = None,
-                    prompt_passes: list[tuple[int, int, bool]] | None = None) -> Parting:
+                    prompt_passes: list[tuple[int, int, bool]] | None = None, healing=None) -> Parting:
     """Where ``tokens`` first leaves ``reference`` (our plain greedy output), whether that is kernel noise.
 
     The two competing tokens are the reference's and the other output's at the parting position; their
@@ -146,12 +148,15 @@ def measure_parting(model, prompt: list[int], reference: list[int], tokens: list
 
     With ``prompt_passes`` too (``GenerationStats.prompt_passes``: how the run's cache computed the
     prompt, over earlier requests), the run-shaped replay is the run's own computation, kernel for kernel,
-    and decides alone: the parting is the run's choice when the other output's token leads there (greedy
-    verification commits the top token of its own pass), and a fault when it trails, however small the
-    lead (``served_lead``). A tree pass in either record leaves the decision to the noise.
+    and decides alone: greedy verification commits the top token of its own pass, so the replay's top token
+    (under ``healing``'s mask, as the run applied it) must be the output's at every position up to the
+    parting one. At the parting that makes it the run's choice; anywhere else a fault, however small the
+    lead (``served_lead``); before the parting the replay is not the run's computation (``faithful``
+    False), which counts as a fault too. A tree pass in either record leaves the decision to the noise.
 
     Args:
         model: a model :func:`decoding.kv_cache.cache_state` takes.
+        healing: the run's :class:`decoding.healing.Healing` constraint, or ``None``.
     Returns:
         :class:`Parting`; a length difference is never within noise.
     """
@@ -172,7 +177,6 @@ def measure_parting(model, prompt: list[int], reference: list[int], tokens: list
     noise = moved(replay_logits(model, prompt, padded, span)[:common + 1])
     for prompt_chunk in prompt_chunks:
         noise = max(noise, moved(replay_logits(model, prompt, reference[:common + 1], 1, prompt_chunk)))
-    served_lead = None
     if passes:
         shaped = run_shaped_logits(model, prompt, tokens, passes, common)
         if shaped is not None:
@@ -182,7 +186,10 @@ def measure_parting(model, prompt: list[int], reference: list[int], tokens: list
             if own is not None:
                 noise = max(noise, moved(own))
                 served_lead = float(own[common, other] - own[common, ours])
+                paths = [tokens[:i] for i in range(common + 1)]
+                top = (healing.mask(own, paths) if healing is not None else own).argmax(-1).tolist()
+                faithful = top[:common] == tokens[:common]
+                return Parting(faithful and top[common] == other, float(lead_stepwise[common]), noise, served_lead,
+                               faithful)
     lead = float(lead_stepwise[common])
-    if served_lead is not None:  # argmax takes the first of equal logits
-        return Parting(served_lead > 0 or (served_lead == 0 and other < ours), lead, noise, served_lead)
     return Parting(lead <= noise, lead, noise, None)

@@ -54,7 +54,8 @@ def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto"
         chunk: the verify pass length the noise is measured with (the longest draft plus the bonus token).
     Returns:
         ``{"checked", "identical", "within_noise", "outside_noise", "own_computation", "skipped",
-        "max_noise_logits", "partings": [{"model", "token", "lead", "noise", "served_lead", "within_noise"}]}``;
+        "max_noise_logits", "partings": [{"model", "token", "lead", "noise", "served_lead", "faithful",
+        "within_noise"}]}``;
         ``outside_noise`` must be 0. ``own_computation`` counts the partings decided by the server's own
         computation replayed (:func:`bench.noise.measure_parting`: the record holds how the server's cache
         computed the prompt, ``prompt_passes``).
@@ -89,7 +90,8 @@ def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto"
             prompt_passes = replay.get("prompt_passes")
             parting = measure_parting(engine.target.model, prompt, plain, output, chunk, SERVER_PIECES + (chunk,),
                                       passes or None,
-                                      [tuple(p) for p in prompt_passes] if prompt_passes is not None else None)
+                                      [tuple(p) for p in prompt_passes] if prompt_passes is not None else None,
+                                      engine.generator.healing(plain_config(replay)))
             within, lead, noise = parting.within, parting.lead, parting.noise
             summary["within_noise" if within else "outside_noise"] += 1
             summary["own_computation"] += parting.served_lead is not None
@@ -97,9 +99,12 @@ def check_replays(replays: list[dict], device: str = "auto", dtype: str = "auto"
                 summary["max_noise_logits"] = max(summary["max_noise_logits"], noise)
             token = next((i for i, (a, b) in enumerate(zip(plain, output)) if a != b), min(len(plain), len(output)))
             summary["partings"].append({"model": model, "token": token, "lead": lead, "noise": noise,
-                                        "served_lead": parting.served_lead, "within_noise": within})
-            own = (f"; the served token {'leads' if within else 'TRAILS'} by {abs(parting.served_lead):.3f} in the "
-                   "server's own passes, replayed" if parting.served_lead is not None else "")
+                                        "served_lead": parting.served_lead, "faithful": parting.faithful,
+                                        "within_noise": within})
+            own = ("" if parting.served_lead is None else "; the replayed server computation is NOT the server's: its "
+                   "top tokens before the parting differ" if not parting.faithful else
+                   f"; in the server's own passes, replayed, the served token is {'' if within else 'NOT '}the top "
+                   f"token (lead over plain's {parting.served_lead:+.3f})")
             print(f"[replay] {model} {number}/{len(records)}: parts at token {token} (lead {lead:.3f}, noise "
                   f"{noise:.3f}{own}): {'within' if within else 'OUTSIDE'} the noise", file=sys.stderr)
         del engine

@@ -253,7 +253,7 @@ class SpeculativeGenerator:
         stats, started = GenerationStats(prompt_tokens=len(prompt_ids)), time.perf_counter()
         stop_ids = config.stop_token_ids if config.stop_token_ids is not None else self.default_stop_ids
         run = _Run(config, self._generator(config.seed), _Output(self.tokenizer, config, stop_ids), stats,
-                   list(prompt_ids), started, self._healing(config))
+                   list(prompt_ids), started, self.healing(config))
         if should_stop is not None and should_stop():
             run.output.finish_reason = FINISH_CANCELLED
             return run.result()  # before any work: the cache is left as the previous call left it
@@ -272,8 +272,8 @@ class SpeculativeGenerator:
         self.state.rollback(min(len(self.state), max(len(run.committed) - 1, 0)))
         return run.result()
 
-    def _healing(self, config: GenerationConfig) -> Healing | None:
-        """The constraint for ``config.required_prefix`` (``None`` without one)."""
+    def healing(self, config: GenerationConfig) -> Healing | None:
+        """The constraint for ``config.required_prefix`` (``None`` without one); a replay applies it too."""
         if not config.required_prefix:
             return None
         vocab_size = logits_width(self.model)

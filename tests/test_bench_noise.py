@@ -155,6 +155,20 @@ def test_with_the_prompts_passes_the_runs_own_computation_decides_a_parting():
     assert measure_parting(model, PROMPT, [top], [runner_up], 2, (), run_passes, [(6, 6, False)]).served_lead is None
 
 
+def test_a_replay_whose_earlier_top_tokens_are_not_the_outputs_is_not_the_runs_computation():
+    """Recorded shapes that do not give the output's own tokens before the parting (here a 5-wide pass
+    whose boost puts the runner-up first at token 0, which the output does not hold) cannot vouch for the
+    parting: it counts as a fault, however the two tokens' logits compare there."""
+    logits = plain_first_logits()
+    top, runner_up = logits.topk(2).indices.tolist()
+    model = shape_sensitive_model(runner_up, float(logits[top] - logits[runner_up]) + 0.5)
+    second = int(replay_logits(tiny_model(seed=0), PROMPT, [top, 0], 1)[1].argmax())
+    other = next(t for t in range(48) if t not in (second, runner_up))
+    parting = measure_parting(model, PROMPT, [top, second], [top, other], 2, (), [(WIDTH, 2, False)],
+                              [(10, 10, False)])
+    assert parting.faithful is False and parting.within is False
+
+
 def _gpu_exactness():
     """bench/device/gpu_exactness.py (a script, not a package module), imported from its file."""
     path = Path(__file__).resolve().parents[1] / "bench" / "device" / "gpu_exactness.py"

@@ -11,6 +11,7 @@ import pytest
 import torch
 from lsprotocol import types
 
+from bench.noise import measure_parting
 from bench.replay import check_replays
 from decoding.engine import Engine, EngineConfig
 from lsp_server.backends.local import as_backend
@@ -74,7 +75,13 @@ def test_a_plain_replay_matches_and_a_wrong_answer_is_caught(answered, tmp_path,
     bad = check_replays([wrong], device="cpu", dtype="float32")
     assert (bad["checked"], bad["identical"], bad["outside_noise"], bad["own_computation"]) == (1, 0, 1, 1)
     assert bad["partings"][0]["token"] == 1 and bad["partings"][0]["served_lead"] < 0
+    assert bad["partings"][0]["faithful"] is True  # token 0 is the top token under the healing mask
     assert len(shaped) == 2 and all(s is not None and s.shape[0] == 2 for s in shaped)
+    engine = Engine.load(EngineConfig(model="starter", draft_model="none", device="cpu", dtype="float32"))
+    passes, prompt_passes = [tuple(p) for p in wrong["passes"]], [tuple(p) for p in wrong["prompt_passes"]]
+    unmasked = measure_parting(engine.target.model, wrong["prompt_ids"], replay["output_ids"], wrong["output_ids"], 5,
+                               (), passes, prompt_passes)
+    assert unmasked.faithful is False  # without the mask token 0 is not the top token: the check needs it
     del wrong["prompt_passes"]  # a trace written before the server recorded them
     shaped.clear()
     old = check_replays([wrong], device="cpu", dtype="float32")
