@@ -3,30 +3,63 @@
 # root with the venv active and the peer build in the cache (speclsp bench peers --build); about 115
 # minutes on a quiet machine. Writes under DIR (default /tmp/amd-DATE); copy what it wrote into
 # docs/bench/ and the tables into docs/performance.md.
-set -euo pipefail
+#
+# Resumable: each step leaves DIR/STEP.done when it succeeds, and a second run with the same DIR skips
+# the steps already done (a session may stop before the end). A failed step is reported and the others
+# still run; the script then exits 1. The steps run in the order the goals need them: the probe,
+# the decode rows on the default weights and on llama.cpp's kernels, then the cost grid, the other
+# weights and the typist pair.
+set -uo pipefail
 out=${1:-/tmp/amd-$(date +%F)}
 mkdir -p "$out"
+failed=()
+
+step() {  # step NAME COMMAND...: run COMMAND unless DIR/NAME.done exists; its output in DIR/NAME.log
+  local name=$1
+  shift
+  if [ -e "$out/$name.done" ]; then
+    echo "== $name: done before, skipped"
+    return
+  fi
+  echo "== $name ($(date +%T))"
+  if "$@" 2>&1 | tee "$out/$name.log"; then
+    touch "$out/$name.done"
+  else
+    echo "== $name FAILED (see $out/$name.log)"
+    failed+=("$name")
+  fi
+}
+
+decode() {  # decode NAME ARGS...: the decode rows with ARGS
+  local name=$1
+  shift
+  step "decode-$name" speclsp bench decode --quick --workloads edit,fim \
+    --methods none,ngram,auto,llama_plain,llama_ngram --no-sweep --out "$out/decode-$name" "$@"
+}
+
+typist() {  # typist QUANTIZATION: the typist, every answer replayed in the server's own computation
+  step "typist-$1" speclsp bench lsp --typist --max-new-tokens 64 --paces steady --check-exact \
+    --setting "quantization=\"$1\"" --out "$out/typist-$1"
+}
+
 grep -m1 "model name" /proc/cpuinfo | tee "$out/cpu.txt"
 # Which bfloat16 kernel oneDNN runs there, and the int8 kernel int8-hybrid uses (about a minute).
-python docs/bench/step-cost-amd/bf16_probe.py --out "$out/bf16_probe.json"
+step bf16-probe python docs/bench/step-cost-amd/bf16_probe.py --out "$out/bf16_probe.json"
+# The default (quantization auto: what it chose is in the log and weight-choice.json), then llama.cpp's
+# kernels on the same Q4_K_M files (about 10 minutes each).
+decode auto --quantization auto
+decode llama-cpp --engine llama.cpp
 # cost(M) of every weight path (about 55 minutes on the Intel Xeon).
-speclsp bench step-cost --out "$out/step-cost"
-# The decode rows on each engine: the default (quantization auto: what it chose is in the log),
-# bfloat16, int4-hybrid, and llama.cpp's kernels on the same Q4_K_M files.
-methods=none,ngram,auto,llama_plain,llama_ngram
-for quantization in auto none int4-hybrid; do
-  speclsp bench decode --quick --workloads edit,fim --methods "$methods" --no-sweep \
-    --quantization "$quantization" --out "$out/decode-$quantization" 2>&1 | tee "$out/decode-$quantization.log"
-done
-speclsp bench decode --quick --workloads edit,fim --methods "$methods" --no-sweep --engine llama.cpp \
-  --out "$out/decode-llama-cpp" 2>&1 | tee "$out/decode-llama-cpp.log"
-# The typist under the default and in bfloat16, every shown answer replayed in the server's own
-# computation (about 12 minutes each on the Intel Xeon).
-for quantization in auto none; do
-  speclsp bench lsp --typist --max-new-tokens 64 --paces steady --check-exact \
-    --setting "quantization=\"$quantization\"" --out "$out/typist-$quantization" > "$out/typist-$quantization.log" 2>&1 \
-    || echo "typist $quantization: a replay found a fault (see $out/typist-$quantization.log)"
-  tail -n 3 "$out/typist-$quantization.log"
-done
+step step-cost speclsp bench step-cost --out "$out/step-cost"
+decode none --quantization none
+decode int4-hybrid --quantization int4-hybrid
+# The typist under the default and in bfloat16 (about 12 minutes each on the Intel Xeon). It exits 1
+# when a replay finds a fault: its log says which answer.
+typist auto
+typist none
 cp "${SPECLSP_CACHE_DIR:-$HOME/.cache/speclsp}/weight-choice.json" "$out/" 2>/dev/null || true
 echo "wrote $out"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "failed: ${failed[*]} (run again with the same DIR to retry only those)"
+  exit 1
+fi
