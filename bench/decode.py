@@ -49,6 +49,7 @@ import json
 import statistics
 import sys
 import time
+from typing import NamedTuple
 from pathlib import Path
 
 import torch
@@ -67,6 +68,20 @@ from decoding.quantization import QUANTIZATIONS
 from decoding.types import ENGINES
 
 OURS = ("none", "ngram", "tree", "model", "staged", "auto")
+
+
+class Run(NamedTuple):
+    """One generation of a ``bench decode`` method, as every runner returns it."""
+
+    token_ids: list[int]
+    seconds: float  # wall time of the generation, prefill included
+    passes: int | None  # target passes (None where the runner does not report them)
+    drafted: int | None
+    accepted: int | None
+    sources: dict[str, tuple[int, int, int]] = {}  # ours: per draft source (rounds, drafted, accepted)
+    pass_shapes: list[tuple[int, int, bool]] | None = None  # ours: ``GenerationStats.passes``
+    prompt_passes: list[tuple[int, int, bool]] | None = None  # ours: ``GenerationStats.prompt_passes``
+
 THEIRS = ("hf_plain", "hf_prompt_lookup", "hf_assisted")
 
 
@@ -76,9 +91,7 @@ def run_ours(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_
     fresh one): the caller keeps one policy per method, as a server running that mode alone would.
 
     Returns:
-        (token ids, seconds, target passes, drafted, accepted, per draft source (rounds, drafted,
-        accepted), the passes' shapes: ``GenerationStats.passes``, and the prompt's:
-        ``GenerationStats.prompt_passes``).
+        :class:`Run`, every field filled.
     """
     engine.reset_caches()  # every method starts cold: no prompt reuse between methods
     engine.policy = policy if policy is not None else DraftLengthPolicy()
@@ -88,8 +101,8 @@ def run_ours(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_
     seconds = time.perf_counter() - start
     stats = generation.stats
     sources = {name: (source.rounds, source.drafted, source.accepted) for name, source in stats.sources.items()}
-    return (generation.token_ids, seconds, stats.target_passes, stats.drafted, stats.accepted, sources, stats.passes,
-            stats.prompt_passes)
+    return Run(generation.token_ids, seconds, stats.target_passes, stats.drafted, stats.accepted, sources, stats.passes,
+               stats.prompt_passes)
 
 
 @torch.inference_mode()
@@ -106,7 +119,7 @@ def run_theirs(engine: Engine, method: str, prompt: list[int], new_tokens: int, 
                             min_new_tokens=0, do_sample=False, eos_token_id=None,
                             pad_token_id=engine.tokenizer.pad_token_id or 0, **kwargs)
     seconds = time.perf_counter() - start
-    return output[0, len(prompt):].tolist(), seconds, None, None, None
+    return Run(output[0, len(prompt):].tolist(), seconds, None, None, None)
 
 
 def lookup_bound_passes(prompt: list[int], output: list[int], max_draft: int, min_ngram: int = 1) -> int:
@@ -165,13 +178,13 @@ def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], re
             for _ in range(repeats):  # interleaved: every method, then the next repetition
                 for method in methods:
                     if method in LLAMA_METHODS:
-                        result = peers.run(method, prompt, new_tokens)
+                        result = Run(*peers.run(method, prompt, new_tokens))
                     elif method in OURS:
                         result = run_ours(engine, method, prompt, new_tokens, max_draft, policies[method])
                     else:
                         result = run_theirs(engine, method, prompt, new_tokens, max_draft)
-                    tokens, seconds, passes, drafted, accepted, *rest = result
-                    timings[method].append(seconds)
+                    tokens = result.token_ids
+                    timings[method].append(result.seconds)
                     if method in (LLAMA_PLAIN, "none") and method not in references:
                         references[method] = tokens
                         if method == "none":
@@ -180,10 +193,10 @@ def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], re
                     row = per_method[method]
                     if len(timings[method]) == 1:
                         row["tokens"] += len(tokens)
-                        row["passes"] += passes or 0
-                        row["drafted"] += drafted or 0
-                        row["accepted"] += accepted or 0
-                        for name, counts in (rest[0] if rest else {}).items():  # ours: per draft source
+                        row["passes"] += result.passes or 0
+                        row["drafted"] += result.drafted or 0
+                        row["accepted"] += result.accepted or 0
+                        for name, counts in result.sources.items():
                             kept = row["sources"].setdefault(name, [0, 0, 0])
                             row["sources"][name] = [a + b for a, b in zip(kept, counts)]
                         reference = references.get(own_plain(method))
@@ -191,10 +204,8 @@ def bench(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]], re
                             row["identical"] = False
                             if method in LLAMA_METHODS:
                                 continue  # its logits are not ours to replay
-                            shapes = rest[1] if len(rest) > 1 else None  # ours: the run's pass shapes
-                            prompt_shapes = rest[2] if len(rest) > 2 else None
                             parting = measure_parting(engine.target.model, prompt, reference, tokens, max_draft + 1,
-                                                      passes=shapes, prompt_passes=prompt_shapes)
+                                                      passes=result.pass_shapes, prompt_passes=result.prompt_passes)
                             within, lead, noise = parting.within, parting.lead, parting.noise
                             row["within_noise" if within else "other"] += 1
                             row["noise"] = max(row["noise"], noise)
@@ -233,14 +244,14 @@ def sweep(engine: Engine, prompts_of: dict[str, list[tuple[list[int], int]]]) ->
     each k learns its own estimates over the workload's prompts."""
     out = []
     for workload, prompts in prompts_of.items():
-        plain_seconds = sum(run_ours(engine, "none", p, n, 0)[1] for p, n in prompts)
+        plain_seconds = sum(run_ours(engine, "none", p, n, 0).seconds for p, n in prompts)
         plain_tokens = sum(n for _, n in prompts)
         for k in SWEEP_K:
             seconds = tokens = passes = 0
             policy = DraftLengthPolicy()
             for prompt, new_tokens in prompts:
-                ids, s, p, *_ = run_ours(engine, "ngram", prompt, new_tokens, k, policy)
-                seconds, tokens, passes = seconds + s, tokens + len(ids), passes + p
+                run = run_ours(engine, "ngram", prompt, new_tokens, k, policy)
+                seconds, tokens, passes = seconds + run.seconds, tokens + len(run.token_ids), passes + run.passes
             out.append({"workload": workload, "k": k, "tokens_per_pass": round(tokens / max(passes, 1), 3),
                         "speedup_vs_plain": round((tokens / seconds) / (plain_tokens / plain_seconds), 3)})
         print(f"sweep: {workload} done", file=sys.stderr)

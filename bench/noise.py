@@ -105,6 +105,7 @@ class Parting:
     within: bool  # within the kernel noise, or (with the run's own shapes) the top token of its own computation
     lead: float  # the plain token's logit minus the other output's token's, step by step as plain decoding
     noise: float  # the largest move of that lead between the step-by-step computation and any other shape
+    # (where the run's own computation decides: between step-by-step and that computation alone)
     served_lead: float | None  # the other output's token's logit minus the plain one's in the run's own
     # computation replayed (prompt and verify passes in their recorded shapes); None without those shapes
     faithful: bool | None = None  # that replay's top tokens before the parting are the output's (else it is
@@ -152,7 +153,8 @@ def measure_parting(model, prompt: list[int], reference: list[int], tokens: list
     (under ``healing``'s mask, as the run applied it) must be the output's at every position up to the
     parting one. At the parting that makes it the run's choice; anywhere else a fault, however small the
     lead (``served_lead``); before the parting the replay is not the run's computation (``faithful``
-    False), which counts as a fault too. A tree pass in either record leaves the decision to the noise.
+    False), which counts as a fault too. No other shape is replayed then, and ``noise`` is the lead's move
+    in the run's own computation. A tree pass in either record leaves the decision to the noise.
 
     Args:
         model: a model :func:`decoding.kv_cache.cache_state` takes.
@@ -170,6 +172,15 @@ def measure_parting(model, prompt: list[int], reference: list[int], tokens: list
     def moved(logits: torch.Tensor) -> float:
         return float((lead_stepwise - (logits[:, ours] - logits[:, other])).abs().max())
 
+    if passes and prompt_passes is not None:
+        own = run_shaped_logits(model, prompt, tokens, passes, common, prompt_passes)
+        if own is not None:  # the run's own computation decides alone: no other shape is replayed
+            served_lead = float(own[common, other] - own[common, ours])
+            paths = [tokens[:i] for i in range(common + 1)]
+            top = (healing.mask(own, paths) if healing is not None else own).argmax(-1).tolist()
+            faithful = top[:common] == tokens[:common]
+            return Parting(faithful and top[common] == other, float(lead_stepwise[common]), moved(own), served_lead,
+                           faithful)
     # A pass of ``chunk`` tokens from every position up to the parting one, the first included: the
     # tokens after it only give the pass its length (positions before them do not see them).
     span = max(2, chunk)
@@ -181,15 +192,5 @@ def measure_parting(model, prompt: list[int], reference: list[int], tokens: list
         shaped = run_shaped_logits(model, prompt, tokens, passes, common)
         if shaped is not None:
             noise = max(noise, moved(shaped))
-        if prompt_passes is not None:
-            own = run_shaped_logits(model, prompt, tokens, passes, common, prompt_passes)
-            if own is not None:
-                noise = max(noise, moved(own))
-                served_lead = float(own[common, other] - own[common, ours])
-                paths = [tokens[:i] for i in range(common + 1)]
-                top = (healing.mask(own, paths) if healing is not None else own).argmax(-1).tolist()
-                faithful = top[:common] == tokens[:common]
-                return Parting(faithful and top[common] == other, float(lead_stepwise[common]), noise, served_lead,
-                               faithful)
     lead = float(lead_stepwise[common])
     return Parting(lead <= noise, lead, noise, None)

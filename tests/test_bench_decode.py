@@ -173,7 +173,7 @@ def test_each_method_learns_its_own_draft_lengths_per_workload(monkeypatch):
 
     def fake_run_ours(engine, method, prompt, new_tokens, max_draft, policy):
         seen[(engine.workload, method, prompt[0])] = policy
-        return [1, 2, 3], 1.0, 3, 0, 0, {}
+        return bench_decode.Run([1, 2, 3], 1.0, 3, 0, 0)
 
     monkeypatch.setattr(bench_decode, "run_ours", fake_run_ours)
     engine = SimpleNamespace(config=SimpleNamespace(ngram=SimpleNamespace(min_ngram=1)), workload="")
