@@ -241,8 +241,21 @@ def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
+#: Loggers that warn at import about what cannot matter here: torchao, which transformers imports whenever it
+#: is installed, failing to load its CUDA extensions on a CPU build of torch, and torch's pytree registry.
+IMPORT_NOISE = ("torchao", "torch.utils._pytree")
+
+
+def quiet_import_noise(verbose: bool) -> None:
+    """Keep :data:`IMPORT_NOISE` warnings off stderr (an editor shows it as the server's log) unless
+    ``verbose``; their errors still show."""
+    for name in IMPORT_NOISE:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    quiet_import_noise("-v" in argv or "--verbose" in argv)  # before a plugin's imports
     command = next((a for a in argv if not a.startswith("-")), None)
     # serve and complete need no plugin: a server on a remote engine then never imports torch
     args = build_parser(plugins=command not in BUILT_IN).parse_args(argv)

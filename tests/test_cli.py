@@ -159,3 +159,32 @@ def test_a_command_whose_plugin_fails_reports_it_and_the_other_commands_work(mon
     assert "pip install 'speclsp[bench,training]'" in error
     assert cli.main(["half"]) == 2
     assert "the 'half' command is not available: RuntimeError: registration failed" in capsys.readouterr().err
+
+
+def test_import_warnings_of_torchao_stay_off_stderr_unless_verbose():
+    """torchao (imported by transformers whenever installed) warns at import that its CUDA extensions do
+    not load on a CPU build: off the server's stderr by default, shown with ``--verbose``; errors always."""
+    import logging
+
+    from lsp_server.cli import IMPORT_NOISE, quiet_import_noise
+
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    root, levels = logging.getLogger(), {name: logging.getLogger(name).level for name in IMPORT_NOISE}
+    old_root_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        quiet_import_noise(verbose=False)
+        logging.getLogger("torchao").warning("Failed to load _C_mxfp8.so")
+        logging.getLogger("torchao").error("a real error")
+        assert seen == ["a real error"]
+        quiet_import_noise(verbose=True)
+        logging.getLogger("torchao").warning("Failed to load _C_mxfp8.so")
+        assert seen[-1] == "Failed to load _C_mxfp8.so"
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_root_level)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
