@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What issue 32 still needs measured on the 2-core AMD EPYC (Zen 4), in one go: run from the repository
-# root with the venv active and the peer build in the cache (speclsp bench peers --build); about 115
-# minutes on a quiet machine. Writes under DIR (default /tmp/amd-DATE); copy what it wrote into
-# docs/bench/ and the tables into docs/performance.md.
+# root with the venv active (the README's test command installs it); about 115 minutes on a quiet
+# machine, plus 17 for llama.cpp's build where the cache lacks it. Writes under DIR (default
+# /tmp/amd-DATE); copy what it wrote into docs/bench/ and the tables into docs/performance.md.
 #
 # Resumable: each step leaves DIR/STEP.done when it succeeds, and a second run with the same DIR skips
 # the steps already done (a session may stop before the end). A failed step is reported and the others
@@ -42,7 +42,11 @@ typist() {  # typist QUANTIZATION: the typist, every answer replayed in the serv
     --setting "quantization=\"$1\"" --out "$out/typist-$1"
 }
 
+command -v speclsp >/dev/null || { echo "speclsp is not on PATH: install as the README's test command does, then activate .venv"; exit 2; }
 grep -m1 "model name" /proc/cpuinfo | tee "$out/cpu.txt"
+# llama.cpp for the peer rows and the llama.cpp engine: built once into the user cache (about 17
+# CPU-minutes on a fresh machine), seconds when it is there.
+step peers speclsp bench peers --build
 # Which bfloat16 kernel oneDNN runs there, and the int8 kernel int8-hybrid uses (about a minute).
 step bf16-probe python docs/bench/step-cost-amd/bf16_probe.py --out "$out/bf16_probe.json"
 # The default (quantization auto: what it chose is in the log and weight-choice.json), then llama.cpp's
