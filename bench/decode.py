@@ -49,8 +49,8 @@ import json
 import statistics
 import sys
 import time
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -68,6 +68,7 @@ from decoding.quantization import QUANTIZATIONS
 from decoding.types import ENGINES
 
 OURS = ("none", "ngram", "tree", "model", "staged", "auto")
+THEIRS = ("hf_plain", "hf_prompt_lookup", "hf_assisted")
 
 
 class Run(NamedTuple):
@@ -82,11 +83,9 @@ class Run(NamedTuple):
     pass_shapes: list[tuple[int, int, bool]] | None = None  # ours: ``GenerationStats.passes``
     prompt_passes: list[tuple[int, int, bool]] | None = None  # ours: ``GenerationStats.prompt_passes``
 
-THEIRS = ("hf_plain", "hf_prompt_lookup", "hf_assisted")
-
 
 def run_ours(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_draft: int,
-             policy: DraftLengthPolicy | None = None):
+             policy: DraftLengthPolicy | None = None) -> Run:
     """One generation in ``mode`` from a cold cache, its draft lengths chosen by ``policy`` (``None``: a
     fresh one): the caller keeps one policy per method, as a server running that mode alone would.
 
@@ -106,7 +105,7 @@ def run_ours(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_
 
 
 @torch.inference_mode()
-def run_theirs(engine: Engine, method: str, prompt: list[int], new_tokens: int, max_draft: int):
+def run_theirs(engine: Engine, method: str, prompt: list[int], new_tokens: int, max_draft: int) -> Run:
     model = engine.target.model
     input_ids = torch.tensor([prompt], device=model.device)
     kwargs = {}

@@ -241,28 +241,33 @@ def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
-#: Loggers that warn at import about what cannot matter here: torchao, which transformers imports whenever it
-#: is installed, failing to load its CUDA extensions on a CPU build of torch, and torch's pytree registry.
-IMPORT_NOISE = ("torchao", "torch.utils._pytree")
+#: Third-party loggers' levels, (by default, with ``--verbose``): HTTP and file-lock chatter stays at
+#: warnings, pygls shows its debug lines when verbose, and two that warn at import about what cannot matter
+#: here stay at errors unless verbose: torchao (imported by transformers whenever it is installed) failing to
+#: load its CUDA extensions on a CPU build of torch, and torch's pytree registry.
+LOGGER_LEVELS = {
+    "httpx": (logging.WARNING, logging.WARNING), "httpcore": (logging.WARNING, logging.WARNING),
+    "urllib3": (logging.WARNING, logging.WARNING), "filelock": (logging.WARNING, logging.WARNING),
+    "pygls": (logging.WARNING, logging.DEBUG),
+    "torchao": (logging.ERROR, logging.NOTSET), "torch.utils._pytree": (logging.ERROR, logging.NOTSET),
+}
 
 
-def quiet_import_noise(verbose: bool) -> None:
-    """Keep :data:`IMPORT_NOISE` warnings off stderr (an editor shows it as the server's log) unless
-    ``verbose``; their errors still show."""
-    for name in IMPORT_NOISE:
-        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+def set_logger_levels(verbose: bool) -> None:
+    """Set :data:`LOGGER_LEVELS` (stderr is what an editor shows as the server's log)."""
+    for name, (quiet, loud) in LOGGER_LEVELS.items():
+        logging.getLogger(name).setLevel(loud if verbose else quiet)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    quiet_import_noise("-v" in argv or "--verbose" in argv)  # before a plugin's imports
+    set_logger_levels("-v" in argv or "--verbose" in argv)  # before a plugin's imports; again once parsed
     command = next((a for a in argv if not a.startswith("-")), None)
     # serve and complete need no plugin: a server on a remote engine then never imports torch
     args = build_parser(plugins=command not in BUILT_IN).parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpcore", "urllib3", "filelock", "pygls"):
-        logging.getLogger(noisy).setLevel(logging.DEBUG if args.verbose and noisy == "pygls" else logging.WARNING)
+    set_logger_levels(args.verbose)
     if not args.verbose:
         from transformers.utils import logging as hf_logging
 

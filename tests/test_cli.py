@@ -166,21 +166,21 @@ def test_import_warnings_of_torchao_stay_off_stderr_unless_verbose():
     not load on a CPU build: off the server's stderr by default, shown with ``--verbose``; errors always."""
     import logging
 
-    from lsp_server.cli import IMPORT_NOISE, quiet_import_noise
+    from lsp_server.cli import LOGGER_LEVELS, set_logger_levels
 
     seen: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(record.getMessage())
-    root, levels = logging.getLogger(), {name: logging.getLogger(name).level for name in IMPORT_NOISE}
+    root, levels = logging.getLogger(), {name: logging.getLogger(name).level for name in LOGGER_LEVELS}
     old_root_level = root.level
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
     try:
-        quiet_import_noise(verbose=False)
+        set_logger_levels(verbose=False)
         logging.getLogger("torchao").warning("Failed to load _C_mxfp8.so")
         logging.getLogger("torchao").error("a real error")
         assert seen == ["a real error"]
-        quiet_import_noise(verbose=True)
+        set_logger_levels(verbose=True)
         logging.getLogger("torchao").warning("Failed to load _C_mxfp8.so")
         assert seen[-1] == "Failed to load _C_mxfp8.so"
     finally:
