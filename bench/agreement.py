@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from bench.workloads import WORKLOADS, workloads
-from decoding.loading import LoadedModel, load_model
+from decoding.weights.loading import LoadedModel, load_model
 from decoding.types import QUANTIZATIONS
 
 REFERENCE = "reference (one pass)"

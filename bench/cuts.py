@@ -35,7 +35,7 @@ from decoding.engine import DRAFTER_MODES, Engine
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS
 from lsp_server.cli import cut_hole
 from lsp_server.backends.local import as_backend
-from lsp_server.completer import complete
+from lsp_server.model.completer import complete
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.positions import codec_for
 from lsp_server.request import resolve_request

@@ -63,8 +63,8 @@ from bench.workloads import WORKLOADS, workloads
 from decoding.draft_length import DraftLengthPolicy
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
-from decoding.model_packs import PACKS
-from decoding.quantization import QUANTIZATIONS
+from decoding.weights.model_packs import PACKS
+from decoding.weights.quantization import QUANTIZATIONS
 from decoding.types import ENGINES
 
 OURS = ("none", "ngram", "tree", "model", "staged", "auto")
@@ -291,7 +291,7 @@ def _emit(rows: list[dict], out: Path | None, name: str) -> int:
 def run(args: argparse.Namespace) -> int:
     chosen_methods(args.methods, args.model)  # an unknown method fails before the models load
     if args.cost:
-        from decoding.loading import resolve_device
+        from decoding.weights.loading import resolve_device
 
         return _emit(cost(args.cost_shapes.split(","), str(resolve_device(args.device))), args.out, "cost.json")
     if args.engine == "llama.cpp" and not args.step_cost:
@@ -352,9 +352,9 @@ def add_parser(kinds) -> None:
                                                          "or a directory of .py files")
     decode.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {', '.join(WORKLOADS)}")
     decode.add_argument("--device", default="auto")
-    decode.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (see decoding.loading)")
+    decode.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (see decoding.weights.loading)")
     decode.add_argument("--engine", default="torch", choices=ENGINES,
-                        help="what runs the passes: torch, or llama.cpp on the GGUF weights (decoding.llama_cpp_model)")
+                        help="what runs the passes: torch, or llama.cpp on the GGUF weights (decoding.weights.llama_cpp_model)")
     decode.add_argument("--quantization", default="auto", choices=QUANTIZATIONS,
                         help="weights of target and draft, as the setting (auto: as the server would load them)")
     decode.add_argument("--methods", default="default",

@@ -14,7 +14,7 @@ import contextlib
 import sys
 
 from bench import llama_cpp
-from decoding.model_packs import PACKS
+from decoding.weights.model_packs import PACKS
 
 #: bench decode method -> llama-server flags ({draft}: the draft model's GGUF)
 LLAMA_METHODS: dict[str, tuple[str, ...]] = {

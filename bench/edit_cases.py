@@ -21,7 +21,7 @@ carry it through (what a next-edit suggestion should write). Workloads (generato
   function (two inner letters swapped); the user corrects the first, the rest follow.
 
 The region is the one the server rewrites for a cursor at the user's edit (``region_lines`` lines;
-see :func:`lsp_server.rewrite_prompt.region_lines_around`): the outermost definition (function or
+see :func:`lsp_server.next_edit.prompt.region_lines_around`): the outermost definition (function or
 class) around the edit that spans at most ``region_lines`` lines, else ``region_lines`` lines from a
 quarter of them above the edit, inside the innermost definition. :func:`region_of` computes it from
 Python's own syntax tree; the measurement compares with the region the server actually chose.

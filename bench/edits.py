@@ -6,13 +6,13 @@ call pattern) and ``fix_typo`` (one of several repeated mistakes), cut from ``--
 formats are chosen on ``dev``, and no file gives cases to both).
 
 Each case goes through the server's own path: the user's edit is recorded in the server's edit history
-(:mod:`lsp_server.workspace.edit_history`) and the region is rewritten by :func:`lsp_server.completer.rewrite`
+(:mod:`lsp_server.workspace.edit_history`) and the region is rewritten by :func:`lsp_server.model.completer.rewrite`
 (the rewrite prompt in each ``--formats``, the region as a draft, :meth:`decoding.engine.Engine.rewrite`,
 the minimal edits), from a cold cache: with plain greedy decoding (``none``, the reference; left out with
 ``--no-reference``) and with drafting (``--mode``, default ``auto``). With ``--ahead`` (the default) the
 drafted rewrite runs once more as a request ``--ask-after`` seconds after the edit (default 2) finds it:
-after the server's background prefill of its prompt (:func:`lsp_server.completer.prefill_rewrite`) ran
-from the burst's end (:data:`lsp_server.rewrite_ahead.SETTLED_S` after the edit) until then (``ready``;
+after the server's background prefill of its prompt (:func:`lsp_server.model.completer.prefill_rewrite`) ran
+from the burst's end (:data:`lsp_server.requests.rewrite_ahead.SETTLED_S` after the edit) until then (``ready``;
 the time of the prefill left out, as it is in the editor: only what remains is the request's, and the rest
 of a prefill piece in flight when the request comes). Those modules are imported only when the measurement
 runs. A case whose
@@ -22,7 +22,7 @@ Reported per format, workload and mode (scores: :mod:`bench.edit_scoring`): the 
 equivalent to the expected region (``exact``: the same Python and comments; a new argument by keyword or
 by position), equal as text, after which the document parses (tree-sitter), left unchanged, that undid
 the user's edit (``reversal``), that the server withheld because the model's answer undid it or
-dropped most of the region (``withheld``, :mod:`lsp_server.rewrite_guard`; such a case scores as unchanged), that changed a line outside the edit's reach (``outside``); tokens per
+dropped most of the region (``withheld``, :mod:`lsp_server.next_edit.guard`; such a case scores as unchanged), that changed a line outside the edit's reach (``outside``); tokens per
 target pass, the speedup over plain greedy, p50/p95 latency (ms) cold and ready, and whether every
 drafted output equals plain greedy token for token (a verify pass runs other matmul shapes than
 one-token decoding, so a genuine near-tie of the top two logits can part them: see docs/cases.md D7;
@@ -85,10 +85,10 @@ def _with_text(case: EditCase, start: int, end: int, text: str) -> str:
 
 def _score(case: EditCase, result, expected: str, parser) -> dict:
     """The quality scores of one rewrite (:mod:`bench.edit_scoring`), over the span it replaces (the
-    region, widened to the lines around it the answer wrote again: :mod:`lsp_server.rewrite_span`). Exact:
+    region, widened to the lines around it the answer wrote again: :mod:`lsp_server.next_edit.span`). Exact:
     the document reads as with the follow-ups in the region made, or in that whole span."""
     from bench import edit_scoring
-    from lsp_server.syntax import error_count
+    from lsp_server.workspace.syntax import error_count
 
     start, end = result.start, result.end
     document = _with_text(case, start, end, result.text)
@@ -108,13 +108,13 @@ def _score(case: EditCase, result, expected: str, parser) -> dict:
 
 def measure_case(engine, case: EditCase, args: argparse.Namespace, base_settings, parser) -> dict | None:
     """Rows ``{mode: {...}}`` for one case through the server's rewrite
-    (:func:`lsp_server.completer.rewrite`), or None when its region holds no follow-up (skipped)."""
+    (:func:`lsp_server.model.completer.rewrite`), or None when its region holds no follow-up (skipped)."""
     from dataclasses import replace
 
     from bench.near_ties import parting
-    from lsp_server import completer
+    from lsp_server.model import completer
     from lsp_server.backends.local import as_backend
-    from lsp_server.rewrite_ahead import SETTLED_S
+    from lsp_server.requests.rewrite_ahead import SETTLED_S
 
     backend = as_backend(engine)
     rows, reference, expected = {}, None, None
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
 
     from decoding.engine import Engine
     from lsp_server.settings import Settings
-    from lsp_server.syntax import parser_for
+    from lsp_server.workspace.syntax import parser_for
 
     if args.cases < 1 or args.region_lines < 1 or args.max_new_tokens < 1:
         raise ValueError("--cases, --region-lines and --max-new-tokens must be >= 1")

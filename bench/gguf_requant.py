@@ -64,9 +64,9 @@ def requantize(model: str, qtype: str, out: Path) -> dict:
     from safetensors import safe_open
     from tqdm import tqdm
 
-    from decoding.gguf_files import pack_gguf_path
-    from decoding.gguf_models import pack_model_dir
-    from decoding.model_packs import PACKS
+    from decoding.weights.gguf_files import pack_gguf_path
+    from decoding.weights.gguf_models import pack_model_dir
+    from decoding.weights.model_packs import PACKS
 
     if qtype not in TYPES:
         raise ValueError(f"unknown type {qtype!r}; use one of {', '.join(TYPES)}")

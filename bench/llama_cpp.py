@@ -34,13 +34,13 @@ from bench.llama_cpp_build import (
     is_built,
     server_binary,
 )
-from decoding.gguf_files import gguf_cache_path, pack_gguf_path
+from decoding.weights.gguf_files import gguf_cache_path, pack_gguf_path
 
 __all__ = ["STAMP", "VERSION", "LlamaServer", "PeerBuildError", "PeerCompletion", "build", "build_dir", "complete",
            "gguf_cache_path", "gguf_path", "is_built", "server_binary"]
 
 
-gguf_path = pack_gguf_path  # the pack's GGUF file, assembled once (decoding.gguf_files)
+gguf_path = pack_gguf_path  # the pack's GGUF file, assembled once (decoding.weights.gguf_files)
 
 
 def _free_port() -> int:

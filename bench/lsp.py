@@ -40,7 +40,7 @@ from pygls.lsp.client import LanguageClient
 
 from bench.corpus import DEFAULT_HELD_OUT, read_texts, stdlib_files
 from bench.lsp_client import percentile, start_server
-from lsp_server.completion_mode import decide_mode, suppresses_automatic
+from lsp_server.completion.mode import decide_mode, suppresses_automatic
 
 #: Trace stages that are model time: the local engine's, or a remote engine's (first token, the stream).
 MODEL_STAGES = ("prefill", "draft", "verify", "first_token", "stream")

@@ -16,7 +16,7 @@ import sys
 from bench import llama_cpp
 from bench.llama_cpp_build import BINDING, install_binding
 from bench.decode_peers import LLAMA_METHODS
-from decoding.model_packs import PACKS
+from decoding.weights.model_packs import PACKS
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
 #: A function, then the start of its sibling: n-gram lookup has something to copy.

@@ -16,7 +16,7 @@ Cursor kinds, each at a code line of a file that parses; the rest of the line an
 
 Variants: ``psm`` (prefix-suffix-middle as the server builds it, no token healing), ``psm_healed``
 (the same with token healing, :mod:`decoding.healing`), ``tail_healed`` (the typed-tail layout,
-:mod:`lsp_server.prompt_anchor`, anchored at the cursor line's start: the line typed so far follows
+:mod:`lsp_server.completion.anchor`, anchored at the cursor line's start: the line typed so far follows
 ``<|fim_middle|>``) and ``tail2_healed`` (anchored two lines above: those lines were typed since the
 anchor too). ``--variants BASE,CANDIDATE[,...]`` compares each candidate with the base on the same cuts.
 Greedy, drafter ``ngram`` (its output equals plain decoding), no time budget. A measurement command,
@@ -39,8 +39,8 @@ from lsprotocol import types
 from bench.corpus import corpus_files
 from bench.cuts import first_line, parses
 from lsp_server.cli import cut_hole
-from lsp_server.completer import complete
-from lsp_server.draft_sources import DraftSources
+from lsp_server.model.completer import complete
+from lsp_server.model.draft_sources import DraftSources
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 from lsp_server.workspace.documents import Document

@@ -182,7 +182,7 @@ def plot(rows: list[dict], out: Path) -> Path:
 
 
 def _cache_default() -> Path:
-    from decoding.gguf_models import cache_root
+    from decoding.weights.gguf_models import cache_root
 
     return cache_root() / "bench-gguf"
 

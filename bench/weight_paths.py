@@ -106,7 +106,7 @@ def apply_candidate(model: torch.nn.Module, candidate: str) -> int:
     """
     from torchao.quantization import quantize_
 
-    from decoding.quantization import quantized_linear_count
+    from decoding.weights.quantization import quantized_linear_count
 
     quantize_(model, candidate_config(candidate))
     quantized, linears = quantized_linear_count(model)
@@ -150,7 +150,7 @@ def load(path: WeightPath, model: str, cache: Path):
     Raises:
         ModelLoadError: the path cannot run here (llama-cpp-python or torchao missing, a kernel not built).
     """
-    from decoding.loading import load_model
+    from decoding.weights.loading import load_model
 
     started = time.perf_counter()
     if path.engine == "llama.cpp":

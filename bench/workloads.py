@@ -2,7 +2,7 @@
 ``speclsp eval models``.
 
 * :func:`fim_prompts`: fill-in-the-middle at the end of a line, the next line missing, built by the
-  server's own prompt builder (:func:`lsp_server.prompt.build_prompt`), so a FIM figure measures the
+  server's own prompt builder (:func:`lsp_server.completion.prompt.build_prompt`), so a FIM figure measures the
   prompts that are served;
 * :func:`edit_prompts`: a function, then a comment asking for it again with one identifier renamed;
 * :func:`body_prompts`: fill-in-the-middle with a whole function body missing, the cursor at the end
@@ -22,7 +22,7 @@ import re
 from lsprotocol import types
 
 from bench.corpus import corpus_files, read_texts, rename_identifier
-from lsp_server.prompt import build_prompt
+from lsp_server.completion.prompt import build_prompt
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.positions import codec_for
 from lsp_server.request import resolve_request

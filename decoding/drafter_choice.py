@@ -12,7 +12,7 @@ for one step; at c ≤ 0.2 the draft model is ahead again.
 
 Both read :func:`pass_costs`: a model's passes of 1, 2, 4, 8 and 16 tokens after a short prefill, timed at
 load (the fastest of a few rounds) and kept per model, kind, device, dtype, CPU and thread count in the
-cache (``pass-costs.json`` under :func:`decoding.gguf_models.cache_root`), so a later load decides after a
+cache (``pass-costs.json`` under :func:`decoding.weights.gguf_models.cache_root`), so a later load decides after a
 check of a few one-token steps (the cached curve measured again where it was taken under other load).
 The same curve seeds the verify-cost model of the draft-length policy
 (:meth:`decoding.draft_length.VerifyCost.seed`), so the first rounds already draft at lengths the
@@ -32,10 +32,10 @@ from pathlib import Path
 import torch
 
 from decoding.cache_files import read_json, update_json
-from decoding.gguf_models import cache_root
-from decoding.hybrid_linear import HybridLinear
+from decoding.weights.gguf_models import cache_root
+from decoding.weights.hybrid_linear import HybridLinear
 from decoding.kv_cache import cache_state, logits_width
-from decoding.quantization import is_quantized
+from decoding.weights.quantization import is_quantized
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def _cache_file() -> Path:
 
 
 def pass_costs(loaded) -> dict[int, float]:
-    """cost(M): ms of a pass of M tokens of ``loaded`` (:class:`decoding.loading.LoadedModel`) for M in
+    """cost(M): ms of a pass of M tokens of ``loaded`` (:class:`decoding.weights.loading.LoadedModel`) for M in
     :data:`PASS_SIZES`, from the cache or measured now (and then cached; a cache that cannot be
     written is only logged).
 

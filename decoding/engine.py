@@ -39,8 +39,8 @@ from decoding.drafters.substitutions import Substitutions
 from decoding.drafters.switching import SwitchingDrafter
 from decoding.generate import SpeculativeGenerator
 from decoding.kv_cache import KVCacheState, cache_state
-from decoding.loading import LoadedModel, check_draft_compatible, load_model
-from decoding.model_names import NO_DRAFT, resolve_pair
+from decoding.weights.loading import LoadedModel, check_draft_compatible, load_model
+from decoding.weights.model_names import NO_DRAFT, resolve_pair
 
 # Defined in decoding.types (torch-free); imported here too, so `from decoding.engine import ...` works.
 from decoding.types import (  # noqa: F401
@@ -83,7 +83,7 @@ class Engine:
         self._caches: OrderedDict[object, tuple[KVCacheState, KVCacheState | None]] = OrderedDict()
         self._spares: dict[object, tuple[KVCacheState, KVCacheState | None]] = {}  # per key of _caches
         self.sources = NgramStore(config.ngram)  # extra draft sources, kept between generations
-        #: Ids that end a completion (see decoding.capabilities; they include the end-of-sequence ids):
+        #: Ids that end a completion (see decoding.weights.capabilities; they include the end-of-sequence ids):
         #: a special token never belongs in inserted code.
         self.completion_stop_ids = target.capabilities.stop_ids
         self._thread = threading.get_ident()  # the only thread that may use the engine (see claim_thread)
@@ -98,13 +98,13 @@ class Engine:
     @classmethod
     def load(cls, config: EngineConfig, on_stage: Callable[[str], None] | None = None) -> Engine:
         """Load the target and draft models named in ``config`` (``auto`` names settled by
-        :func:`decoding.model_names.resolve_pair`; the engine's ``notice`` says when that fell back).
+        :func:`decoding.weights.model_names.resolve_pair`; the engine's ``notice`` says when that fell back).
 
         Args:
             on_stage: called with a short description before each loading step (for progress).
         Raises:
-            decoding.loading.ModelLoadError: a model is missing, the draft does not fit the target, or
-                ``config.quantization`` cannot run here (see :mod:`decoding.quantization`).
+            decoding.weights.loading.ModelLoadError: a model is missing, the draft does not fit the target, or
+                ``config.quantization`` cannot run here (see :mod:`decoding.weights.quantization`).
         """
         pair = resolve_pair(config.model, config.draft_model)
         if on_stage:

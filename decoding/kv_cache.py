@@ -29,7 +29,7 @@ from decoding.types import (
 
 def cache_state(model) -> KVCacheState:
     """A fresh cache state for ``model``: a transformers model's :class:`KVCacheState`, or the model's own
-    kind of state where it brings one (``model.new_state()``: :mod:`decoding.llama_cpp_model`)."""
+    kind of state where it brings one (``model.new_state()``: :mod:`decoding.weights.llama_cpp_model`)."""
     new_state = getattr(model, "new_state", None)
     return new_state() if new_state is not None else KVCacheState(model)
 

@@ -3,10 +3,10 @@
 Callers above the engine (the language server's settings, its remote backends, the benchmarks' option
 parsing) build configurations and read results without loading a model. These types live here, and the
 modules that use them with tensors (:mod:`decoding.generate`, :mod:`decoding.sampling`,
-:mod:`decoding.engine`, :mod:`decoding.drafters.ngram`, :mod:`decoding.quantization`,
+:mod:`decoding.engine`, :mod:`decoding.drafters.ngram`, :mod:`decoding.weights.quantization`,
 :mod:`decoding.kv_cache`) import them back, so both import paths name the same objects.
 
-This module imports only the standard library, :mod:`decoding.stats` and :mod:`decoding.model_names`
+This module imports only the standard library, :mod:`decoding.stats` and :mod:`decoding.weights.model_names`
 (all torch-free; ``tests/test_torch_free_types.py`` checks it in a fresh interpreter).
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from decoding.model_names import AUTO
+from decoding.weights.model_names import AUTO
 from decoding.stats import GenerationStats
 
 #: The draft length cap per verify round unless a caller sets one. The adaptive policy picks k up to it
@@ -31,9 +31,9 @@ DEFAULT_PREFILL_CHUNK_TOKENS = 128  # see GenerationConfig.prefill_chunk_tokens 
 # CPU than pieces of 128 (docs/next-edit.md), and a superseded rewrite stops within one
 REWRITE_PREFILL_CHUNK_TOKENS = 256
 
-QUANTIZATIONS = ("auto", "none", "int8", "int4", "int8-hybrid", "int4-hybrid")  # EngineConfig.quantization; see decoding.quantization
+QUANTIZATIONS = ("auto", "none", "int8", "int4", "int8-hybrid", "int4-hybrid")  # EngineConfig.quantization; see decoding.weights.quantization
 #: EngineConfig.engine: torch (transformers, in ``dtype``) or llama.cpp (the GGUF weights as they are;
-#: decoding.llama_cpp_model)
+#: decoding.weights.llama_cpp_model)
 ENGINES = ("torch", "llama.cpp")
 
 
@@ -173,11 +173,11 @@ class NgramConfig:
 class EngineConfig:
     """Which models to load and how to draft (:meth:`decoding.engine.Engine.load`)."""
 
-    model: str = AUTO  # see decoding.model_names: auto (the real pair when installed), a pack, a path, a hub id
+    model: str = AUTO  # see decoding.weights.model_names: auto (the real pair when installed), a pack, a path, a hub id
     draft_model: str = AUTO  # as model, or "none"; auto: the target's registered partner, else none
     device: str = "auto"  # auto: CUDA when available, else CPU
-    dtype: str = "auto"  # auto: see decoding.loading.resolve_dtype
-    quantization: str = "auto"  # auto (decoding.weight_choice), none, int8, int4, int8-hybrid or int4-hybrid (CPU; decoding.quantization)
+    dtype: str = "auto"  # auto: see decoding.weights.loading.resolve_dtype
+    quantization: str = "auto"  # auto (decoding.weights.weight_choice), none, int8, int4, int8-hybrid or int4-hybrid (CPU; decoding.weights.quantization)
     engine: str = "torch"  # what runs the passes: torch, or llama.cpp on the GGUF weights (ENGINES)
     trust_remote_code: bool = False  # run a hub repository's own code: only if the user says so
     ngram: NgramConfig = field(default_factory=NgramConfig)

@@ -99,7 +99,7 @@ def cut_hole(document: Document, position: types.Position, codec, num_lines: int
 def run_complete(args: argparse.Namespace) -> int:
     from lsp_server.backends.loading import load_backend
     from lsp_server.request import resolve_request
-    from lsp_server.session import ModelSession
+    from lsp_server.model.session import ModelSession
 
     path, line, column = parse_location(args.location)
     text = read_source(path)

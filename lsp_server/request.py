@@ -1,7 +1,7 @@
 """A completion request resolved once on the way in: everything below the request pipeline reads this value.
 
 The LSP position is converted to a code-point offset here and nowhere else (the answer's range is
-converted back once, by :meth:`lsp_server.pipeline.RequestPipeline.answer`); the settings are a snapshot
+converted back once, by :meth:`lsp_server.requests.pipeline.RequestPipeline.answer`); the settings are a snapshot
 taken when the request arrived, so a configuration change during a generation does not change it halfway.
 """
 
@@ -45,7 +45,7 @@ class CompletionRequest:
 
 class Yielding:
     """A request's cancellation flag that also reads as set while ``should_yield()`` holds (background work
-    yields to queued work: :meth:`lsp_server.worker.ModelWorker.has_waiting`); duck-types the
+    yields to queued work: :meth:`lsp_server.model.worker.ModelWorker.has_waiting`); duck-types the
     ``threading.Event`` of :attr:`CompletionRequest.cancelled`."""
 
     def __init__(self, should_yield: Callable[[], bool]):

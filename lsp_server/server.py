@@ -21,17 +21,17 @@ from pygls.protocol.language_server import lsp_method
 from lsp_server import __version__
 from lsp_server.backends.loading import load_backend
 from lsp_server.workspace.documents import DocumentStore, MalformedChange, structure_change
-from lsp_server.completion_service import CompletionService
+from lsp_server.requests.completion_service import CompletionService
 from lsp_server.features.status import StatusBoard
 from lsp_server.indexing import IndexService
-from lsp_server.next_edit_service import NextEditService
-from lsp_server.pipeline import RequestPipeline
+from lsp_server.requests.next_edit_service import NextEditService
+from lsp_server.requests.pipeline import RequestPipeline
 from lsp_server.protocol.transport import ANSWERED
 from lsp_server.workspace.repo_index import RepoIndex
-from lsp_server.session import ModelSession
+from lsp_server.model.session import ModelSession
 from lsp_server.settings import Settings
 from lsp_server.tracing import RpcClock, Tracer
-from lsp_server.worker import ModelWorker
+from lsp_server.model.worker import ModelWorker
 from lsp_server.workspace.names import DisplayNames
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ class SpeclspServer(LanguageServer):
     settings: Settings  # the current settings (replaced whole on a configuration change)
     store: DocumentStore  # open documents
     names: DisplayNames  # documents' short names in logs and stats (the workspace folders)
-    worker: ModelWorker  # the model thread and the model session it owns (lsp_server.session)
+    worker: ModelWorker  # the model thread and the model session it owns (lsp_server.model.session)
     tracer: Tracer  # request logs and $/logTrace
     status: StatusBoard  # speclsp/status
     index: IndexService  # the repository index and its watcher

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pathspec
 
-from decoding.model_names import AUTO
+from decoding.weights.model_names import AUTO
 from decoding.types import (
     DEFAULT_MAX_DRAFT_TOKENS,
     DRAFTER_MODES,

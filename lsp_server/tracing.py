@@ -202,7 +202,7 @@ class Tracer:
 
 
 def replay_record(completion) -> dict:
-    """What plain decoding needs to replay ``completion`` (a :class:`lsp_server.completer.Completion`):
+    """What plain decoding needs to replay ``completion`` (a :class:`lsp_server.model.completer.Completion`):
     its target, prompt and output token ids and the generation's stops, length cap and healing text; and
     the shapes of its verify passes (``[tokens fed, tokens kept, a tree pass]`` each; empty where the
     engine did not record them, as a remote one), which the replay's kernel-noise measure recomputes, and

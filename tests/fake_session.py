@@ -1,10 +1,10 @@
 """Stand-ins for the model side, for testing the request services without a model.
 
-* :class:`FakeSession`: a model session (the operations of :class:`lsp_server.session.ModelSession`)
+* :class:`FakeSession`: a model session (the operations of :class:`lsp_server.model.session.ModelSession`)
   that records every operation it runs and answers ``complete`` / ``rewrite`` from functions the test
-  gives; handed to :class:`lsp_server.worker.ModelWorker` as its session factory.
+  gives; handed to :class:`lsp_server.model.worker.ModelWorker` as its session factory.
 * :class:`FakeBackend`: a backend that generates nothing, keeps no sources (as a remote one) and has
-  the starter tokenizer: enough for a real :class:`~lsp_server.session.ModelSession` to run its events.
+  the starter tokenizer: enough for a real :class:`~lsp_server.model.session.ModelSession` to run its events.
 * :class:`RecordingSession`: the real session, recording what reaches its ``prefill``.
 * :class:`CapturedWriter`: a pygls writer that keeps every message the server writes.
 * :func:`services`: the pipeline and both services over a store and a worker, wired as the server wires them.
@@ -17,10 +17,10 @@ import threading
 from collections.abc import Callable
 
 from lsp_server.backends.base import LoadedModels
-from lsp_server.completion_service import CompletionService
-from lsp_server.next_edit_service import NextEditService
-from lsp_server.pipeline import RequestPipeline
-from lsp_server.session import ModelSession
+from lsp_server.requests.completion_service import CompletionService
+from lsp_server.requests.next_edit_service import NextEditService
+from lsp_server.requests.pipeline import RequestPipeline
+from lsp_server.model.session import ModelSession
 from lsp_server.settings import Settings
 from lsp_server.tracing import Tracer
 
@@ -36,8 +36,8 @@ class FakeBackend:
     completion_stop_ids = frozenset()
 
     def __init__(self):
-        from decoding.starter import TARGET_DIR
-        from decoding.tokenizer_loading import load_tokenizer
+        from decoding.weights.starter import TARGET_DIR
+        from decoding.weights.tokenizer_loading import load_tokenizer
 
         self.tokenizer = load_tokenizer(str(TARGET_DIR), local_only=True)
         self.capabilities = None

@@ -224,7 +224,7 @@ def engine():
 
 def test_secret_buffers_never_reach_the_prompt_or_the_draft_sources(engine, hostile, monkeypatch):
     from lsp_server.backends.local import as_backend
-    from lsp_server.completer import complete
+    from lsp_server.model.completer import complete
     from lsp_server.workspace.documents import Document
     from lsp_server.workspace.positions import codec_for
     from lsp_server.request import resolve_request

@@ -1,4 +1,4 @@
-"""Completions started at the key (lsp_server/ahead.py): the request that follows for the same cursor
+"""Completions started at the key (lsp_server/requests/ahead.py): the request that follows for the same cursor
 takes the started one, anything else cancels it, and nothing starts where the editor never asks."""
 
 from __future__ import annotations

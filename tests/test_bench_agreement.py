@@ -7,7 +7,7 @@ import pytest
 
 from bench.agreement import REFERENCE, _row, greedy_continuation, measure
 from bench.workloads import workloads
-from decoding.loading import load_model
+from decoding.weights.loading import load_model
 
 pytestmark = pytest.mark.model
 

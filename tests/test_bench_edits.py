@@ -326,7 +326,7 @@ def test_reversal_and_outside_reach_of_a_suggestion():
 def test_a_suggestion_is_scored_over_the_span_it_replaces_the_region_widened():
     from types import SimpleNamespace
 
-    from lsp_server.syntax import parser_for
+    from lsp_server.workspace.syntax import parser_for
 
     case = _rename_case()
     start = case.edited.index("    full")  # the region: the body's last two lines
@@ -354,7 +354,7 @@ def test_a_suggestion_is_scored_over_the_span_it_replaces_the_region_widened():
 def test_a_suggestion_carried_past_its_region_is_exact_when_right_over_its_span():
     from types import SimpleNamespace
 
-    from lsp_server.syntax import parser_for
+    from lsp_server.workspace.syntax import parser_for
 
     case = _rename_case()
     start = case.edited.index("    full")  # the region: the line "full = ..." alone

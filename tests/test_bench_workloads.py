@@ -8,8 +8,8 @@ import random
 import pytest
 
 from bench.workloads import body_prompts, workloads
-from decoding.loading import load_tokenizer
-from decoding.starter import TARGET_DIR
+from decoding.weights.loading import load_tokenizer
+from decoding.weights.starter import TARGET_DIR
 
 pytestmark = pytest.mark.unit
 

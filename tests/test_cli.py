@@ -100,9 +100,9 @@ def test_missing_model_is_a_clear_error(tmp_path):
 
 
 def test_without_model_packs_the_defaults_fall_back_to_the_starter_and_say_how_to_install():
-    from decoding.model_packs import INSTALL_COMMAND
+    from decoding.weights.model_packs import INSTALL_COMMAND
 
-    hidden = ("import sys, decoding.model_names as names; names.pack_available = lambda name: False; "
+    hidden = ("import sys, decoding.weights.model_names as names; names.pack_available = lambda name: False; "
               "from lsp_server.cli import main; raise SystemExit(main(sys.argv[1:]))")
     result = subprocess.run([sys.executable, "-c", hidden, "complete", body_location(), "--cut-lines", "2",
                              "--max-new-tokens", "4"], capture_output=True, text=True, timeout=600)

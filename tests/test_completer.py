@@ -12,13 +12,13 @@ from decoding.drafters.ngram import NgramDrafter
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import GenerationConfig, _Output
 from lsp_server.backends.local import as_backend
-from lsp_server.completer import complete, postprocess
-from lsp_server.completion_mode import decide_mode
-from lsp_server.prompt import build_prompt
+from lsp_server.model.completer import complete, postprocess
+from lsp_server.completion.mode import decide_mode
+from lsp_server.completion.prompt import build_prompt
 from lsp_server.workspace.documents import Document
-from lsp_server.draft_sources import DraftSources
+from lsp_server.model.draft_sources import DraftSources
 from lsp_server.workspace.positions import codec_for
-from lsp_server.prompt_tokens import SourceKey
+from lsp_server.completion.prompt_tokens import SourceKey
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 from tests.greedy_check import assert_greedy_equal
@@ -31,7 +31,7 @@ UTF16 = codec_for("utf-16")
 @pytest.fixture(scope="module")
 def engine():
     # float32: these tests check token-for-token equality, which bfloat16 may break at near-ties
-    # (see decoding.loading.resolve_dtype); "auto" would pick bfloat16 on CPUs that have it.
+    # (see decoding.weights.loading.resolve_dtype); "auto" would pick bfloat16 on CPUs that have it.
     return Engine.load(EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="float32"))
 
 

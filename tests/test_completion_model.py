@@ -10,7 +10,7 @@ from decoding import drafter_choice
 from decoding.engine import Engine, EngineConfig, GenerationConfig
 from lsp_server.backends.base import ROLE_COMPLETION, ROLE_NEXT_EDIT
 from lsp_server.backends.loading import BackendConfig, load_backend
-from lsp_server.session import ModelSession
+from lsp_server.model.session import ModelSession
 
 pytestmark = pytest.mark.model
 
@@ -68,7 +68,7 @@ def test_target_keeps_one_backend_and_draft_without_a_draft_model_falls_back_to_
 
 def test_a_next_edit_model_of_its_own_writes_next_edits_without_a_draft_model():
     """``nextEditModel``: a stand-in (the starter target, named by its directory) loads beside the pair."""
-    from decoding.starter import TARGET_DIR
+    from decoding.weights.starter import TARGET_DIR
 
     backends = load_backend(BackendConfig(engine=STARTER, next_edit_model=str(TARGET_DIR)))
     completion, next_edit = backends[ROLE_COMPLETION].engine, backends[ROLE_NEXT_EDIT].engine

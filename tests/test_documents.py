@@ -16,7 +16,7 @@ from lsp_server.workspace.documents import Document, DocumentStore, MalformedCha
 from lsp_server.workspace.positions import LineIndex, codec_for, column_of, to_model_text, units_of
 from tests.fake_session import services
 from lsp_server.tracing import Tracer
-from lsp_server.worker import ModelWorker
+from lsp_server.model.worker import ModelWorker
 
 pytestmark = pytest.mark.unit
 

@@ -155,7 +155,7 @@ def test_auto_drafts_with_the_draft_model_only_where_it_pays(monkeypatch, pays):
 def test_quantised_weights_are_measured_apart_from_dense_ones(pair):
     """The cache must not hand an int4 model's costs to the same model in bfloat16, nor the reverse."""
     pytest.importorskip("torchao")
-    from decoding.quantization import quantize_weights
+    from decoding.weights.quantization import quantize_weights
 
     dense = drafter_choice.cost_key("m", tiny_model(seed=0, hidden=128))
     int4, hybrid = tiny_model(seed=0, hidden=128), tiny_model(seed=0, hidden=128)

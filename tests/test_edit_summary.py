@@ -1,11 +1,11 @@
-"""The sentence naming the latest edit in the chat rewrite prompt (lsp_server/edit_summary.py): renames,
+"""The sentence naming the latest edit in the chat rewrite prompt (lsp_server/next_edit/edit_summary.py): renames,
 keyword renames, a new parameter, a new call argument; None for anything else."""
 
 from __future__ import annotations
 
 import pytest
 
-from lsp_server.edit_summary import edit_summary, renamed_word
+from lsp_server.next_edit.edit_summary import edit_summary, renamed_word
 
 pytestmark = pytest.mark.unit
 

@@ -111,7 +111,7 @@ def test_parting_reports_the_first_difference_and_the_top2_gap_there():
 
     from bench.edits import describe_parting
     from bench.near_ties import logit_step, parting, top2_gap, top2_logits
-    from decoding.starter import TARGET_DIR
+    from decoding.weights.starter import TARGET_DIR
 
     model = AutoModelForCausalLM.from_pretrained(TARGET_DIR, local_files_only=True)
     prompt = [5, 6, 7]

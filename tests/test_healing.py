@@ -23,8 +23,8 @@ from decoding.drafters.ngram import NgramDrafter
 from decoding.generate import GenerationConfig, SpeculativeGenerator, _Run
 from decoding.healing import Healing, TokenBytes
 from decoding.sampling import SamplingParams, processed_probs
-from decoding.starter import TARGET_DIR
-from decoding.tokenizer_loading import load_tokenizer
+from decoding.weights.starter import TARGET_DIR
+from decoding.weights.tokenizer_loading import load_tokenizer
 from decoding.tree import DraftTree
 from tests.conftest import tiny_model
 from tests.greedy_check import assert_greedy_equal
@@ -250,7 +250,7 @@ def test_a_passed_deadline_ends_the_output_at_its_next_line_end(target_model, ki
 def test_the_prompt_backs_off_its_last_token_and_names_it():
     from lsprotocol import types
 
-    from lsp_server.prompt import build_prompt
+    from lsp_server.completion.prompt import build_prompt
     from lsp_server.request import resolve_request
     from lsp_server.settings import Settings
     from lsp_server.workspace.documents import Document

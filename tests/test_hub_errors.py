@@ -18,7 +18,7 @@ import httpx2
 import pytest
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-from decoding.hub_errors import explain_hub_failure
+from decoding.weights.hub_errors import explain_hub_failure
 
 
 def _http_error(status: int, cls=HfHubHTTPError) -> HfHubHTTPError:

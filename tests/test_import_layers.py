@@ -189,8 +189,8 @@ PACKAGE_RULES = {
 }
 #: The decoding modules that import torch (the engine and what it runs on) are named in lsp_server only by
 #: the backends' package: a server on a remote backend never loads torch (tests/test_remote_no_torch.py).
-TORCH_DECODING = ("decoding.engine", "decoding.generate", "decoding.kv_cache", "decoding.sampling", "decoding.loading",
-                  "decoding.verify", "decoding.tree", "decoding.drafters", "decoding.quantization")
+TORCH_DECODING = ("decoding.engine", "decoding.generate", "decoding.kv_cache", "decoding.sampling", "decoding.weights.loading",
+                  "decoding.verify", "decoding.tree", "decoding.drafters", "decoding.weights.quantization")
 ENGINE_IMPORTERS = ("lsp_server.backends",)
 
 
@@ -222,19 +222,19 @@ def test_the_package_rule_check_finds_a_workspace_module_that_reaches_out_and_an
         "decoding/types.py": "",
         "lsp_server/__init__.py": "",
         "lsp_server/settings.py": "from decoding.types import EngineConfig\n",  # allowed: torch-free
-        "lsp_server/session.py": "def f():\n    from decoding.engine import Engine\n",
+        "lsp_server/model/session.py": "def f():\n    from decoding.engine import Engine\n",
         "lsp_server/workspace/__init__.py": "",
         "lsp_server/workspace/documents.py": "from lsp_server.workspace import positions\nfrom lsp_server import settings\n",
         "lsp_server/workspace/positions.py": "",
         "lsp_server/protocol/__init__.py": "",
         "lsp_server/protocol/transport.py": "from decoding.types import GenerationConfig\n",
-        "lsp_server/postprocess.py": "from decoding.generate import FinishReason\n",
+        "lsp_server/completion/postprocess.py": "from decoding.generate import FinishReason\n",
         "lsp_server/backends/__init__.py": "",
         "lsp_server/backends/local.py": "from decoding.engine import Engine\n",  # allowed
     })
     assert package_rule_breaks(root) == [
-        "lsp_server.postprocess imports decoding.generate", "lsp_server.postprocess imports decoding.generate.FinishReason",
+        "lsp_server.completion.postprocess imports decoding.generate", "lsp_server.completion.postprocess imports decoding.generate.FinishReason",
+        "lsp_server.model.session imports decoding.engine", "lsp_server.model.session imports decoding.engine.Engine",
         "lsp_server.protocol.transport imports decoding.types",
         "lsp_server.protocol.transport imports decoding.types.GenerationConfig",
-        "lsp_server.session imports decoding.engine", "lsp_server.session imports decoding.engine.Engine",
         "lsp_server.workspace.documents imports lsp_server.settings"]

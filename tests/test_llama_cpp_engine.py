@@ -1,4 +1,4 @@
-"""The llama.cpp engine (decoding/llama_cpp_model.py): the real packs' GGUF weights run by llama.cpp's
+"""The llama.cpp engine (decoding/weights/llama_cpp_model.py): the real packs' GGUF weights run by llama.cpp's
 kernels under our drafting and verification. Greedy speculative output must equal plain greedy output
 of the same weights through the same path; the cache rolls back exactly; trees are refused.
 
@@ -17,12 +17,12 @@ from bench.noise import divergence_within_noise
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import GenerationConfig
 from decoding.errors import ModelLoadError
-from decoding.llama_cpp_model import LlamaCppState, TreeUnsupported, llama_cpp, loaded_library, peer_library_dir
-from decoding.model_names import pack_available
-from decoding.model_packs import INSTALL_COMMAND, PACKS
+from decoding.weights.llama_cpp_model import LlamaCppState, TreeUnsupported, llama_cpp, loaded_library, peer_library_dir
+from decoding.weights.model_names import pack_available
+from decoding.weights.model_packs import INSTALL_COMMAND, PACKS
 from lsp_server.backends.local import as_backend
-from lsp_server.completer import prepare_prompt
-from lsp_server.draft_sources import DraftSources
+from lsp_server.model.completer import prepare_prompt
+from lsp_server.model.draft_sources import DraftSources
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 from lsp_server.workspace.positions import codec_for
@@ -136,10 +136,10 @@ def test_a_q8_0_file_written_from_the_packs_weights_predicts_as_they_do(engine, 
     import numpy as np
 
     from bench.gguf_requant import requantize, write_gguf
-    from decoding.gguf_files import pack_gguf_path
-    from decoding.gguf_models import pack_model_dir
-    from decoding.llama_cpp_model import LlamaCppModel
-    from decoding.loading import load_tokenizer
+    from decoding.weights.gguf_files import pack_gguf_path
+    from decoding.weights.gguf_models import pack_model_dir
+    from decoding.weights.llama_cpp_model import LlamaCppModel
+    from decoding.weights.loading import load_tokenizer
 
     written = requantize(DRAFT, "q8_0", tmp_path / "q8_0.gguf")
     assert written["tensors"]["Q8_0"] > 0 and written["tensors"]["F32"] > 0

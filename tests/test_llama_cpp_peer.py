@@ -13,8 +13,8 @@ import urllib.error
 import pytest
 
 from bench import llama_cpp
-from decoding.model_names import pack_available
-from decoding.model_packs import INSTALL_COMMAND, PACKS
+from decoding.weights.model_names import pack_available
+from decoding.weights.model_packs import INSTALL_COMMAND, PACKS
 
 pytestmark = pytest.mark.real
 
@@ -66,8 +66,8 @@ def test_bench_decode_rows_give_llama_cpp_our_token_ids_and_read_its_tokens_back
     prompt goes as token ids, the answer comes back as token ids, and with the target as its own draft
     every drafted token is accepted and the output is plain's."""
     from bench.decode_peers import LlamaPeers
-    from decoding.loading import load_tokenizer
-    from decoding.model_names import model_location
+    from decoding.weights.loading import load_tokenizer
+    from decoding.weights.model_names import model_location
 
     tokenizer = load_tokenizer(model_location(DRAFT)[0], local_only=True)
     prompt = tokenizer.encode("def fibonacci(n):\n    if n < 2:\n        return n\n", add_special_tokens=False)

@@ -19,7 +19,7 @@ import pytest
 
 from bench import llama_cpp, llama_cpp_build
 from decoding.errors import ModelLoadError
-from decoding.model_packs import PACKS, ModelPack
+from decoding.weights.model_packs import PACKS, ModelPack
 
 pytestmark = pytest.mark.unit
 
@@ -274,7 +274,7 @@ def test_a_binding_that_cannot_find_libllama_gives_a_load_error_that_says_what_t
     """A binding installed without its own library, after the peer build it used was removed."""
     import sys
 
-    from decoding import llama_cpp_model
+    from decoding.weights import llama_cpp_model
     from decoding.errors import ModelLoadError
 
     package = tmp_path / "site" / "llama_cpp"
@@ -290,7 +290,7 @@ def test_a_binding_that_cannot_find_libllama_gives_a_load_error_that_says_what_t
 def test_the_engine_loads_the_peer_build_library_only_for_the_pinned_pair(monkeypatch):
     import importlib.metadata
 
-    from decoding import llama_cpp_model
+    from decoding.weights import llama_cpp_model
 
     monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
     binding = llama_cpp_build.BINDING.split("==")[1]

@@ -9,9 +9,9 @@ from transformers import PreTrainedTokenizerFast
 
 from decoding.engine import Engine, EngineConfig
 from decoding.errors import ModelLoadError
-from decoding.loading import check_draft_compatible, load_model
-from decoding.model_names import model_location
-from decoding.starter import TARGET_DIR
+from decoding.weights.loading import check_draft_compatible, load_model
+from decoding.weights.model_names import model_location
+from decoding.weights.starter import TARGET_DIR
 from tests.conftest import tiny_model
 
 
@@ -34,7 +34,7 @@ def other_tokenizer() -> PreTrainedTokenizerFast:
 @pytest.mark.model
 def test_starter_pair_loads_on_cpu_and_is_compatible():
     """dtype auto on a CPU: bf16 where the CPU has it natively, else fp32; fp32 when asked."""
-    from decoding.loading import cpu_has_native_bf16
+    from decoding.weights.loading import cpu_has_native_bf16
 
     target, draft = load_model("starter", device="cpu"), load_model("starter-draft", device="cpu")
     expected = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
@@ -105,7 +105,7 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch, tmp_path):
     """The flags line decides: avx512_bf16 or amx_bf16 mean native bf16; other flags or no file do not."""
     import builtins
 
-    from decoding import loading
+    from decoding.weights import loading
 
     real_open = builtins.open
     info = tmp_path / "cpuinfo"

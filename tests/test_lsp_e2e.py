@@ -262,7 +262,7 @@ async def test_change_to_unopened_document_is_a_warning_and_status_request_answe
 
 #: The server with the model packs hidden, as on a machine installed without ``[models]``.
 WITHOUT_PACKS = ClientServerConfig(server_command=[
-    sys.executable, "-c", "import decoding.model_names as names; names.pack_available = lambda name: False; "
+    sys.executable, "-c", "import decoding.weights.model_names as names; names.pack_available = lambda name: False; "
     "from lsp_server.cli import main; raise SystemExit(main(['serve']))"])
 
 
@@ -276,7 +276,7 @@ async def packless_client(lsp_client: LanguageClient):
 
 
 async def test_default_models_missing_falls_back_to_starter_and_says_how_to_install(packless_client: LanguageClient):
-    from decoding.model_packs import INSTALL_COMMAND
+    from decoding.weights.model_packs import INSTALL_COMMAND
 
     ready = [m.message for m in packless_client.log_messages if "models ready" in m.message]
     assert "target=starter " in ready[0] and "draft=starter-draft" in ready[0]

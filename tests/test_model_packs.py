@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from decoding import gguf_models, model_names
-from decoding.capabilities import read_capabilities
+from decoding.weights import gguf_models, model_names
+from decoding.weights.capabilities import read_capabilities
 from decoding.errors import ModelLoadError
-from decoding.gguf_models import MARKER, is_converted, pack_dir, pack_model_dir
-from decoding.loading import load_tokenizer
-from decoding.model_names import AUTO, NO_DRAFT, STARTER_DRAFT, STARTER_TARGET, model_location, resolve_pair
-from decoding.model_packs import INSTALL_COMMAND, PACKS, ModelPack, PackMissingError, assemble
-from decoding.starter import TARGET_DIR
+from decoding.weights.gguf_models import MARKER, is_converted, pack_dir, pack_model_dir
+from decoding.weights.loading import load_tokenizer
+from decoding.weights.model_names import AUTO, NO_DRAFT, STARTER_DRAFT, STARTER_TARGET, model_location, resolve_pair
+from decoding.weights.model_packs import INSTALL_COMMAND, PACKS, ModelPack, PackMissingError, assemble
+from decoding.weights.starter import TARGET_DIR
 
 pytestmark = pytest.mark.unit
 

@@ -18,7 +18,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from bench.corpus import stdlib_root
 from lsp_server.workspace.positions import LineIndex, codec_for
-from lsp_server.text_edits import apply_edits
+from lsp_server.next_edit.text_edits import apply_edits
 from tests.conftest import STARTER_OPTIONS
 from tests.test_lsp_e2e import capabilities, logged, wait_until_ready
 

@@ -11,13 +11,13 @@ from lsprotocol import types
 
 from decoding.generate import FinishReason, Generation
 from decoding.stats import GenerationStats
-from lsp_server.completer import Rewrite
+from lsp_server.model.completer import Rewrite
 from lsp_server.workspace.documents import DocumentStore
 from lsp_server.workspace.positions import codec_for
-from lsp_server.rewrite_prompt import RewritePrompt
+from lsp_server.next_edit.prompt import RewritePrompt
 from lsp_server.settings import Settings
-from lsp_server.text_edits import apply_edits, inline_replacement
-from lsp_server.worker import READY, ModelWorker
+from lsp_server.next_edit.text_edits import apply_edits, inline_replacement
+from lsp_server.model.worker import READY, ModelWorker
 from tests.fake_session import FakeSession, services
 
 pytestmark = pytest.mark.unit

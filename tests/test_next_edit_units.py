@@ -8,17 +8,17 @@ import random
 import pytest
 from transformers import AutoTokenizer
 
-from decoding.capabilities import read_capabilities
-from decoding.starter import TARGET_DIR
+from decoding.weights.capabilities import read_capabilities
+from decoding.weights.starter import TARGET_DIR
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.edit_history import MAX_CHARS, MAX_EDITS, EditHistory, changed_span
-from lsp_server.rewrite_prompt import (
+from lsp_server.next_edit.prompt import (
     CHAT_END_MARKER,
     NextEditUnsupported,
     build_rewrite_prompt,
     region_lines_around,
 )
-from lsp_server.text_edits import apply_edits, minimal_edits
+from lsp_server.next_edit.text_edits import apply_edits, minimal_edits
 
 pytestmark = pytest.mark.unit
 
@@ -201,7 +201,8 @@ def test_the_prefill_ahead_is_preempted_by_the_requests_cancellation(starter_tok
 
     from lsprotocol import types
 
-    from lsp_server import completer, request
+    from lsp_server import request
+    from lsp_server.model import completer
     from lsp_server.settings import Settings
     from lsp_server.workspace.positions import codec_for
 

@@ -7,8 +7,8 @@ import pytest
 from lsprotocol import types
 from transformers import AutoTokenizer
 
-from decoding.starter import TARGET_DIR
-from lsp_server.prompt import build_prompt
+from decoding.weights.starter import TARGET_DIR
+from lsp_server.completion.prompt import build_prompt
 from lsp_server.workspace.documents import Document, DocumentStore
 from lsp_server.workspace.positions import LineIndex, PositionError, codec_for, line_ending, to_document_text
 from lsp_server.request import resolve_request

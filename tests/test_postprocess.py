@@ -1,4 +1,4 @@
-"""Post-processing rules (lsp_server.postprocess) on hand-written model outputs, per language: text
+"""Post-processing rules (lsp_server.completion.postprocess) on hand-written model outputs, per language: text
 right of the cursor not repeated, no automatic suggestion while indenting, completions on an empty
 line and after a header at the end of the file (docs/cases.md L6, L7, L9, L10), block ends, closers,
 syntax trimming; and the type-through cache."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.completion_mode import decide_mode, suppresses_automatic
-from lsp_server.postprocess import TrimContext, trim
-from lsp_server.syntax import error_count, parser_for, supported_languages
-from lsp_server.type_through import TypeThroughCache
+from lsp_server.completion.mode import decide_mode, suppresses_automatic
+from lsp_server.completion.postprocess import TrimContext, trim
+from lsp_server.workspace.syntax import error_count, parser_for, supported_languages
+from lsp_server.requests.type_through import TypeThroughCache
 
 pytestmark = pytest.mark.unit
 
@@ -160,7 +160,7 @@ def test_incremental_error_counts_equal_fresh_parses(language):
     from scratch, for completions cut line by line, including non-ASCII text before the cut."""
     import random
 
-    from lsp_server.syntax import TailTrimmer, error_count, parser_for
+    from lsp_server.workspace.syntax import TailTrimmer, error_count, parser_for
 
     rng = random.Random(0)
     parser = parser_for(language)
@@ -180,7 +180,7 @@ def test_incremental_error_counts_equal_fresh_parses(language):
 def test_syntax_window_is_the_enclosing_definition_not_a_cut_inside_a_docstring():
     """The parsed window starts at the enclosing definition and ends before the next one. A window cut
     at a fixed character count can start inside a docstring: valid code then parses with many errors."""
-    from lsp_server.syntax import _WINDOW_HEAD_CHARS, syntax_window
+    from lsp_server.workspace.syntax import _WINDOW_HEAD_CHARS, syntax_window
 
     docstring = '    def earlier(self):\n        """' + "Words that are prose, not code.\n        " * 200 + '"""\n'
     prefix = "class A:\n" + docstring + "\n    def current(self, x):\n        y = x + 1\n        "
@@ -207,7 +207,8 @@ def test_syntax_window_is_the_enclosing_definition_not_a_cut_inside_a_docstring(
     ("function f(a) {\n", "\n", "  return a;\n}\n}\n"),
 ])
 def test_the_syntax_window_is_computed_once_by_the_caller_and_handed_to_mode_and_trim(monkeypatch, prefix, suffix, text):
-    from lsp_server import completion_mode, postprocess, syntax
+    from lsp_server.completion import mode as completion_mode, postprocess
+    from lsp_server.workspace import syntax
 
     language = "javascript" if prefix.startswith("function") else "python"
     line_suffix = suffix.split("\n", 1)[0]

@@ -1,4 +1,4 @@
-"""The typed-tail prompt (lsp_server/prompt_anchor.py, build_prompt's anchor): its layout, that its prefix
+"""The typed-tail prompt (lsp_server/completion/anchor.py, build_prompt's anchor): its layout, that its prefix
 and suffix tokens stay the same while the user types, and when the anchor moves. Starter tokenizer."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from lsprotocol import types
 from transformers import AutoTokenizer
 
-from decoding.starter import TARGET_DIR
-from lsp_server.prompt import build_prompt
-from lsp_server.prompt_anchor import MAX_TAIL_CHARS, AnchorBook
+from decoding.weights.starter import TARGET_DIR
+from lsp_server.completion.prompt import build_prompt
+from lsp_server.completion.anchor import MAX_TAIL_CHARS, AnchorBook
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 from lsp_server.workspace.documents import Document
@@ -129,7 +129,7 @@ def test_an_anchor_must_be_a_line_start_before_the_cursor():
 def test_auto_layout_is_tail_only_for_the_families_the_gate_passed():
     from types import SimpleNamespace
 
-    from lsp_server.completer import prompt_layout
+    from lsp_server.model.completer import prompt_layout
 
     def backend(target: str):
         return SimpleNamespace(describe=lambda: SimpleNamespace(target=target))

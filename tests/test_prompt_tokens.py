@@ -1,4 +1,4 @@
-"""Prompt tokens reused between keystrokes equal a full tokenisation (lsp_server.prompt_tokens)."""
+"""Prompt tokens reused between keystrokes equal a full tokenisation (lsp_server.completion.prompt_tokens)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from decoding.starter import TARGET_DIR
-from lsp_server.prompt_tokens import PromptEncoder, SourceKey
+from decoding.weights.starter import TARGET_DIR
+from lsp_server.completion.prompt_tokens import PromptEncoder, SourceKey
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The ``quantization`` setting (decoding/quantization.py): int8 and int4 weights through torchao.
+"""The ``quantization`` setting (decoding/weights/quantization.py): int8 and int4 weights through torchao.
 
 On the starter pair in float32 (few near-ties), quantised on load: the linear layers really hold
 torchao's quantised tensors and the logits move, and greedy speculative decoding (n-gram drafts and the
@@ -16,8 +16,8 @@ import torch
 from decoding.engine import Engine, EngineConfig
 from decoding.errors import ModelLoadError
 from decoding.generate import GenerationConfig
-from decoding.loading import load_model
-from decoding.quantization import quantize_weights, quantized_linear_count
+from decoding.weights.loading import load_model
+from decoding.weights.quantization import quantize_weights, quantized_linear_count
 from lsp_server.settings import Settings, parse_settings
 from tests.conftest import tiny_model
 from tests.greedy_check import assert_greedy_equal
@@ -122,7 +122,7 @@ def hybrid_engine(request) -> Engine:
 
 
 def _hybrid_layers(model):
-    from decoding.hybrid_linear import HybridLinear
+    from decoding.weights.hybrid_linear import HybridLinear
 
     return [m for m in model.modules() if isinstance(m, HybridLinear)]
 
@@ -155,7 +155,7 @@ def test_int8_hybrid_weights_are_one_scale_per_row_and_the_kernel_reads_them():
     """The copy is the int8 values times the rounded scales exactly, a row keeps its largest weight, and
     the int8 kernel computes the copy's products: off the float32 product by about as much as bfloat16's
     own product of the copy (its rounding), and by far less than the weights before quantisation."""
-    from decoding.int8_hybrid import quantized
+    from decoding.weights.int8_hybrid import quantized
 
     torch.manual_seed(0)
     weight = torch.randn(512, 1536, dtype=torch.bfloat16) * 0.02
@@ -181,7 +181,7 @@ def test_int8_hybrid_weights_are_one_scale_per_row_and_the_kernel_reads_them():
 def test_int8_quantisation_leaves_the_weight_it_reads_as_it_was(dtype):
     """The starter's output layer shares its weight with the embedding: quantising it in place (as a float32
     weight's ``.float()`` is the weight itself) turned every prompt's embedding into garbage."""
-    from decoding.int8_hybrid import quantized
+    from decoding.weights.int8_hybrid import quantized
 
     weight = torch.randn(64, 128, dtype=dtype)
     before = weight.clone()
@@ -192,7 +192,7 @@ def test_int8_quantisation_leaves_the_weight_it_reads_as_it_was(dtype):
 def test_int8_hybrid_leaves_widths_the_kernel_may_not_take_and_needs_no_torchao(monkeypatch):
     """Widths not a multiple of 16 crashed the int8 kernel's process in bfloat16; such a layer stays as it
     was. torchao is not imported for int8-hybrid (the kernel is PyTorch's)."""
-    from decoding.int8_hybrid import HybridInt8Linear
+    from decoding.weights.int8_hybrid import HybridInt8Linear
 
     monkeypatch.setitem(sys.modules, "torchao.quantization", None)
     model = tiny_model(seed=0, hidden=128)
@@ -207,7 +207,7 @@ def test_hybrid_int4_weights_are_torchaos_own():
     """The packed half is built as torchao's Int4OpaqueTensor.from_hp builds it: the same products."""
     from torchao.prototype.quantization.int4.int4_opaque_tensor import Int4OpaqueTensor
 
-    from decoding.int4_hybrid import quantized
+    from decoding.weights.int4_hybrid import quantized
 
     weight = torch.randn(96, 256, dtype=torch.bfloat16)
     packed, dense = quantized(weight)
@@ -219,8 +219,8 @@ def test_hybrid_int4_weights_are_torchaos_own():
 
 
 def test_the_low_bit_bound_is_the_largest_size_where_the_low_bit_kernel_is_faster():
-    from decoding.hybrid_linear import fastest_low_bit_bound
-    from decoding.int8_hybrid import HybridInt8Linear
+    from decoding.weights.hybrid_linear import fastest_low_bit_bound
+    from decoding.weights.int8_hybrid import HybridInt8Linear
 
     layer = HybridInt8Linear(torch.nn.Linear(128, 32))
     for faster_up_to, expected in ((0, 0), (1, 1), (8, 8), (32, 32), (3, 2)):

@@ -26,16 +26,16 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from bench.cuts import cut_points
-from decoding.capabilities import FimTokens
+from decoding.weights.capabilities import FimTokens
 from decoding.engine import DRAFTER_MODES, Engine, EngineConfig
 from decoding.generate import GenerationConfig
-from decoding.gguf_models import MARKER, pack_model_dir
-from decoding.loading import load_tokenizer
-from decoding.model_names import pack_available
-from decoding.model_packs import INSTALL_COMMAND, PACKS
+from decoding.weights.gguf_models import MARKER, pack_model_dir
+from decoding.weights.loading import load_tokenizer
+from decoding.weights.model_names import pack_available
+from decoding.weights.model_packs import INSTALL_COMMAND, PACKS
 from lsp_server.cli import cut_hole
 from lsp_server.backends.local import as_backend
-from lsp_server.completer import complete
+from lsp_server.model.completer import complete
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.positions import codec_for
 from lsp_server.request import resolve_request

@@ -30,7 +30,7 @@ from lsp_server.workspace.documents import DocumentStore
 from tests.fake_session import services
 from lsp_server.settings import Settings
 from lsp_server.tracing import Tracer
-from lsp_server.worker import READY, ModelWorker
+from lsp_server.model.worker import READY, ModelWorker
 
 pytestmark = pytest.mark.unit
 
@@ -272,7 +272,7 @@ def test_the_api_key_comes_from_the_named_variable_as_a_bearer_token(fake, token
 
 
 def test_llamacpp_infill_sends_the_prompt_parts(fake, tokenizer_and_capabilities):
-    from lsp_server.prompt import Prompt
+    from lsp_server.completion.prompt import Prompt
 
     fake.reply = lambda h: h.send_stream(sse({"content": "y = 2", "stop": False},
                                              {"content": "", "stop": True, "stop_type": "limit", "tokens_predicted": 3,
@@ -316,8 +316,8 @@ async def test_service_shows_each_failure_kind_once_answers_empty_and_logs_recov
 
 
 def test_the_trace_line_records_the_remote_stages(fake, tokenizer_and_capabilities):
-    from lsp_server.completer import Completion
-    from lsp_server.completion_mode import Mode
+    from lsp_server.model.completer import Completion
+    from lsp_server.completion.mode import Mode
 
     final = {**text_event("", "stop"), "timings": {"prompt_n": 7, "predicted_n": 3, "draft_n": 4, "draft_n_accepted": 3,
                                                    "prompt_ms": 1.5, "predicted_ms": 9.0}}

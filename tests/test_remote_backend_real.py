@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from decoding.model_names import pack_available
+from decoding.weights.model_names import pack_available
 from tests.raw_lsp import DEADLINE_S, RawServer, notification
 
 pytestmark = pytest.mark.real
@@ -41,7 +41,7 @@ def _missing(message: str):
 def llama():
     """llama-server on the 0.5B GGUF for the module (stopped at its end)."""
     from bench.llama_cpp import LlamaServer, gguf_path, server_binary
-    from decoding.model_packs import PackMissingError
+    from decoding.weights.model_packs import PackMissingError
 
     if server_binary() is None:
         _missing("llama.cpp is not built; build it with: speclsp bench peers --build")
@@ -197,7 +197,7 @@ def test_llamacpp_infill_backend_completes_from_the_prompt_parts(llama):
     from lsp_server.backends.base import RemoteConfig
     from lsp_server.backends.llamacpp_infill import LlamaCppInfillBackend
     from lsp_server.backends.remote import load_model_tokenizer
-    from lsp_server.prompt import Prompt
+    from lsp_server.completion.prompt import Prompt
 
     tokenizer, capabilities = load_model_tokenizer(PACK)
     backend = LlamaCppInfillBackend(RemoteConfig(llama.url), tokenizer, capabilities)

@@ -15,7 +15,7 @@ from bench.noise import measure_parting
 from bench.replay import check_replays
 from decoding.engine import Engine, EngineConfig
 from lsp_server.backends.local import as_backend
-from lsp_server.completer import complete
+from lsp_server.model.completer import complete
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 from lsp_server.tracing import VERBOSE, Tracer

@@ -18,8 +18,8 @@ from lsp_server.workspace.file_rules import refused_root, uri_looks_secret
 from lsp_server.workspace.file_watch import IndexWatcher
 from lsp_server.indexing import choose_roots
 from lsp_server.workspace.positions import codec_for
-from lsp_server.prompt import build_prompt
-from lsp_server.related_files import Candidate, candidates, select_snippets
+from lsp_server.completion.prompt import build_prompt
+from lsp_server.completion.related_files import Candidate, candidates, select_snippets
 from lsp_server.workspace.repo_index import IndexConfig, RepoIndex, identifiers, is_secret
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
@@ -203,8 +203,8 @@ def test_snippets_prefer_similar_text_and_open_buffers_take_precedence(workspace
 def test_repository_prompt_format_and_budget():
     from transformers import AutoTokenizer
 
-    from decoding.starter import TARGET_DIR
-    from lsp_server.related_files import Snippet
+    from decoding.weights.starter import TARGET_DIR
+    from lsp_server.completion.related_files import Snippet
 
     tokenizer = AutoTokenizer.from_pretrained(TARGET_DIR, local_files_only=True)
     document = Document("file:///proj/app/main.py", "def main():\n    return \n", 1, "python")

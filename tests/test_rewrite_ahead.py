@@ -1,4 +1,4 @@
-"""Next-edit prompts computed when an edit burst ends (lsp_server/rewrite_ahead.py): once a document with
+"""Next-edit prompts computed when an edit burst ends (lsp_server/requests/rewrite_ahead.py): once a document with
 recent edits has had no change for the settle time, the session computes the rewrite prompt for the
 cursor the last change left; a change before then restarts the wait, a change after it stops the
 prefill, and nothing starts for a setting turned off, a closed or secret document."""
@@ -94,8 +94,8 @@ async def test_the_check_can_fail_the_same_edit_with_the_setting_on_computes_it(
 def written_rewrite(request):
     """A finished rewrite with one edit over the first line (what the fake session answers)."""
     from decoding.types import FinishReason, Generation, GenerationStats
-    from lsp_server.completer import Rewrite
-    from lsp_server.rewrite_prompt import RewritePrompt
+    from lsp_server.model.completer import Rewrite
+    from lsp_server.next_edit.prompt import RewritePrompt
 
     prompt = RewritePrompt([1], [1], 0, 14, "", "```", True)
     return Rewrite(prompt, Generation([1], "", FinishReason.STOP, GenerationStats()), "def add(x, b):", [(8, 9, "x")])

@@ -13,11 +13,11 @@ import random
 
 import pytest
 
-from decoding.capabilities import ModelCapabilities
+from decoding.weights.capabilities import ModelCapabilities
 from decoding.drafters.region import RegionDrafter
 from decoding.engine import Engine, EngineConfig
 from decoding.generate import GenerationConfig, SpeculativeGenerator
-from decoding.loading import LoadedModel
+from decoding.weights.loading import LoadedModel
 from tests.conftest import ToyTokenizer, tiny_model
 from tests.greedy_check import assert_greedy_equal
 

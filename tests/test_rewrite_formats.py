@@ -1,4 +1,4 @@
-"""The next-edit prompt formats (lsp_server/rewrite_formats.py): each drafts the region and its end marker,
+"""The next-edit prompt formats (lsp_server/next_edit/formats.py): each drafts the region and its end marker,
 shows the recent edits and the region, keeps what an edit inside the region leaves unchanged at the
 prompt's start, and a format the model cannot take is refused with a clear error."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from decoding.capabilities import read_capabilities
-from decoding.starter import TARGET_DIR
-from lsp_server.rewrite_formats import FILE_SEP, FORMATS, REGION_END, REGION_START, CURSOR, split_diff
-from lsp_server.rewrite_prompt import NextEditUnsupported, build_rewrite_prompt, choose_format
+from decoding.weights.capabilities import read_capabilities
+from decoding.weights.starter import TARGET_DIR
+from lsp_server.next_edit.formats import FILE_SEP, FORMATS, REGION_END, REGION_START, CURSOR, split_diff
+from lsp_server.next_edit.prompt import NextEditUnsupported, build_rewrite_prompt, choose_format
 from lsp_server.workspace.documents import Document
 
 pytestmark = pytest.mark.unit
@@ -82,7 +82,7 @@ def test_split_diff_gives_the_original_and_updated_lines():
 
 
 def test_a_rename_the_latest_edit_shows_shapes_the_draft(tokenizer):
-    from lsp_server.rewrite_prompt import predicted_region, renamed_word
+    from lsp_server.next_edit.prompt import predicted_region, renamed_word
 
     assert renamed_word([DIFF]) == ("values", "items")
     region = "def scale(items, factor):\n    for value in values:\n        out.values = values_2 + values\n"
@@ -101,7 +101,7 @@ def diff_of(old: str, new: str) -> str:
 
 
 def test_a_new_parameter_or_argument_or_keyword_the_latest_edit_shows_shapes_the_draft():
-    from lsp_server.rewrite_prompt import predicted_region
+    from lsp_server.next_edit.prompt import predicted_region
 
     region = ("def scale(values, factor, context):\n    a = scale(x, 2)\n    b = self.scale(y, f(3))\n"
               "    c = scale(\n        z,\n        4,\n    )\n    d = scale()\n    e = scale(w, context)\n"

@@ -1,4 +1,4 @@
-"""A next-edit rewrite that undoes the user's latest edit is withheld (lsp_server/rewrite_guard.py): the
+"""A next-edit rewrite that undoes the user's latest edit is withheld (lsp_server/next_edit/guard.py): the
 guard flags a rewrite that puts an edited line back as it was or drops the lines the user just added, and
 leaves alone rewrites that carry the edit through, finish a line being typed, or touch other lines."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.rewrite_formats import changed_lines
-from lsp_server.rewrite_guard import undoes_edit
+from lsp_server.next_edit.formats import changed_lines
+from lsp_server.next_edit.guard import undoes_edit
 
 pytestmark = pytest.mark.unit
 
@@ -72,8 +72,8 @@ class AnswerBackend:
     def __init__(self, answer: str):
         from transformers import AutoTokenizer
 
-        from decoding.capabilities import read_capabilities
-        from decoding.starter import TARGET_DIR
+        from decoding.weights.capabilities import read_capabilities
+        from decoding.weights.starter import TARGET_DIR
 
         self.answer = answer
         self.tokenizer = AutoTokenizer.from_pretrained(TARGET_DIR)
@@ -94,7 +94,8 @@ class AnswerBackend:
 def test_the_server_withholds_a_rewrite_that_undoes_the_edit(carried):
     from lsprotocol import types
 
-    from lsp_server import completer, request
+    from lsp_server import request
+    from lsp_server.model import completer
     from lsp_server.settings import Settings
     from lsp_server.workspace.documents import Document
     from lsp_server.workspace.positions import codec_for
@@ -112,7 +113,7 @@ def test_the_server_withholds_a_rewrite_that_undoes_the_edit(carried):
 
 
 def test_a_rewrite_that_drops_most_of_the_region_is_withheld_unless_the_user_is_deleting():
-    from lsp_server.rewrite_guard import MIN_DROPPED_LINES, drops_region, withholds
+    from lsp_server.next_edit.guard import MIN_DROPPED_LINES, drops_region, withholds
 
     region = "\n".join(f"    line_{i} = {i}" for i in range(20))
     tail = "\n".join(region.split("\n")[-3:])  # the 1.5B wrote back only the last 3 of 20 lines

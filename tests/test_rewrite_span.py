@@ -1,4 +1,4 @@
-"""lsp_server.rewrite_span: the span a next-edit answer replaces, widened to the lines it wrote again."""
+"""lsp_server.next_edit.span: the span a next-edit answer replaces, widened to the lines it wrote again."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from lsp_server.rewrite_span import covered_span
-from lsp_server.text_edits import apply_edits, minimal_edits
+from lsp_server.next_edit.span import covered_span
+from lsp_server.next_edit.text_edits import apply_edits, minimal_edits
 from lsp_server.workspace.documents import Document
 
 pytestmark = pytest.mark.unit

@@ -13,16 +13,16 @@ from lsprotocol import types
 
 from decoding.stats import GenerationStats
 from decoding.types import FinishReason, Generation
-from lsp_server.completer import Completion, Rewrite
-from lsp_server.completion_mode import Mode
+from lsp_server.model.completer import Completion, Rewrite
+from lsp_server.completion.mode import Mode
 from lsp_server.request import resolve_request
-from lsp_server.rewrite_prompt import RewritePrompt
-from lsp_server.session import ModelSession
+from lsp_server.next_edit.prompt import RewritePrompt
+from lsp_server.model.session import ModelSession
 from lsp_server.settings import Settings, parse_settings
 from lsp_server.tracing import Tracer
 from lsp_server.workspace.documents import DocumentStore
 from lsp_server.workspace.positions import codec_for
-from lsp_server.worker import ERROR, READY, ModelWorker
+from lsp_server.model.worker import ERROR, READY, ModelWorker
 from tests.fake_session import FakeSession, services
 
 STARTER = Settings(model="starter", draft_model="starter-draft")
@@ -32,7 +32,7 @@ TEXT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    "
 
 def _completion(request, text: str) -> Completion:
     """A model's completion of ``text`` at the request's cursor (no real prompt: only what the service reads)."""
-    from lsp_server.prompt import Prompt
+    from lsp_server.completion.prompt import Prompt
 
     prompt = Prompt([1], request.document.text[:request.offset], "", request.offset, "", "\n", False, False, (), ())
     return Completion(text, prompt, Generation([1], text, FinishReason.STOP, GenerationStats()), Mode(False))
@@ -261,7 +261,7 @@ def test_settings_are_typed_and_invalid_values_keep_defaults(options, expected, 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-8", "utf-32"])
 async def test_l1_l5_ranges_in_the_negotiated_encoding(encoding):
     """The answer's range sits at the cursor, in the client's units, whatever the model writes."""
-    from lsp_server.prompt import build_prompt
+    from lsp_server.completion.prompt import build_prompt
 
     seen = {}
 
@@ -314,7 +314,7 @@ async def test_an_opened_document_is_tokenised_ahead_and_its_first_request_start
     import json.decoder
     from pathlib import Path
 
-    from lsp_server.prompt_tokens import SourceKey
+    from lsp_server.completion.prompt_tokens import SourceKey
 
     worker = ModelWorker(session_factory=functools.partial(ModelSession, defer_cold_parts=True))
     assert worker.load(STARTER.engine_config()).result(timeout=120) == READY
@@ -337,6 +337,6 @@ async def test_an_opened_document_is_tokenised_ahead_and_its_first_request_start
 def _tokenizer():
     from transformers import AutoTokenizer
 
-    from decoding.starter import TARGET_DIR
+    from decoding.weights.starter import TARGET_DIR
 
     return AutoTokenizer.from_pretrained(TARGET_DIR, local_files_only=True)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from lsp_server.prompt_tokens import SourceKey
+from lsp_server.completion.prompt_tokens import SourceKey
 from lsp_server.server import create_server
-from lsp_server.session import ModelSession
+from lsp_server.model.session import ModelSession
 from lsp_server.workspace.names import DisplayNames, short_name
 from tests.fake_session import CapturedWriter, FakeBackend, RecordingSession
 

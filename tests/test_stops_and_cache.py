@@ -223,7 +223,7 @@ def test_incremental_decoding_finds_stop_strings_where_a_full_decode_does():
     and multi-byte characters split across tokens; the final text is the full decode cut there."""
     from transformers import AutoTokenizer
 
-    from decoding.starter import TARGET_DIR
+    from decoding.weights.starter import TARGET_DIR
 
     tokenizer = AutoTokenizer.from_pretrained(TARGET_DIR)
     text = "def f(x):\n    return {'é': x}  # naïve → ok\n\nclass A:\n    pass\n"

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers")
 #: Modules that callers import without loading a model (settings, remote backends, option parsing).
-TORCH_FREE = ("decoding.types", "decoding.stats", "decoding.capabilities", "decoding.model_names",
+TORCH_FREE = ("decoding.types", "decoding.stats", "decoding.weights.capabilities", "decoding.weights.model_names",
               "decoding.errors")
 
 # Run with `python -c PROBE HEAVY_JSON MODULES_JSON`; prints a JSON list of "importer imports name", plus
@@ -68,7 +68,8 @@ def test_the_check_reports_a_module_that_imports_torch():
 
 
 def test_the_old_import_paths_name_the_same_objects():
-    from decoding import engine, generate, kv_cache, quantization, sampling, types
+    from decoding import engine, generate, kv_cache, sampling, types
+    from decoding.weights import quantization
     from decoding.drafters import ngram
 
     assert generate.GenerationConfig is engine.GenerationConfig is types.GenerationConfig
@@ -83,7 +84,7 @@ def test_the_old_import_paths_name_the_same_objects():
 #: What a server on a remote backend imports to start and serve (transformers is allowed there: the
 #: tokenizer; torch is not).
 REMOTE_SERVER = ("lsp_server.cli", "lsp_server.server", "lsp_server.backends.loading", "lsp_server.backends.openai",
-                 "lsp_server.backends.llamacpp_infill", "lsp_server.backends.remote", "lsp_server.session")
+                 "lsp_server.backends.llamacpp_infill", "lsp_server.backends.remote", "lsp_server.model.session")
 
 
 def loads_torch(modules: tuple[str, ...]) -> bool:

@@ -13,7 +13,7 @@ import torch
 from tokenizers import Tokenizer
 
 from bench.corpus import rename_identifier
-from decoding.starter import SPECIAL_TOKENS, TARGET_DIR
+from decoding.weights.starter import SPECIAL_TOKENS, TARGET_DIR
 from training.data import ExampleMaker, ExampleMix
 
 CHUNK = ("def total(values, start=0):\n    result = start\n    for value in values:\n        result += value\n"
@@ -94,7 +94,7 @@ def test_fim_prompts_are_the_servers_prompt_for_a_file_without_its_next_line():
     """Each FIM cut: the server's PSM prompt (budgets in tokens) with the cursor at the end of a line and
     the next line (the expected answer) missing; before and after it, the file's own text."""
     from bench.workloads import fim_prompts
-    from decoding.loading import load_tokenizer
+    from decoding.weights.loading import load_tokenizer
 
     hf_tokenizer = load_tokenizer(str(TARGET_DIR), local_only=True)
     special = hf_tokenizer.get_added_vocab()

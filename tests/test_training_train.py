@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from decoding.starter import TARGET_DIR
+from decoding.weights.starter import TARGET_DIR
 from training.data import ExampleMaker, ExampleMix
 from training.train import (Batches, TrainConfig, batch_source, check_lineage, checkpoint_step, train_model,
                                    untie_embeddings)

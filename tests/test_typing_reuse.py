@@ -1,4 +1,4 @@
-"""Nothing thrown away while the user types (lsp_server/draft_sources.py ``#output``): a key that follows
+"""Nothing thrown away while the user types (lsp_server/model/draft_sources.py ``#output``): a key that follows
 what the model wrote is answered by verifying the previous output, finished or cancelled, in one pass,
 and the answer is still exactly a fresh completion's. The typed-tail layout, starter pair, float32."""
 
@@ -13,8 +13,8 @@ from lsprotocol import types
 
 from decoding.engine import Engine, EngineConfig
 from lsp_server.backends.local import as_backend
-from lsp_server.completer import complete
-from lsp_server.draft_sources import DraftSources
+from lsp_server.model.completer import complete
+from lsp_server.model.draft_sources import DraftSources
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 from lsp_server.workspace.documents import Document
@@ -108,7 +108,7 @@ def test_a_pause_at_a_line_end_prepares_the_next_lines_prompt(backend, layout, t
     (with a tail of up to 2 lines the anchor holds, and nothing goes there); after Enter the request
     computes only its indentation, and answers as a fresh session."""
     from lsp_server.request import after_enter
-    from lsp_server.session import ModelSession
+    from lsp_server.model.session import ModelSession
 
     settings = replace(SETTINGS, prompt_layout=layout, prompt_tail_lines=tail_lines)
     line = "    with open(path) as handle:"
@@ -144,7 +144,7 @@ def test_a_pause_on_a_later_line_of_the_tail_anchors_anew_in_the_spare(backend):
     """ModelSession.prepare_ahead inside a tail that holds a line break: the prompt anchored at the cursor's
     line goes into the spare; when the tail then outgrows promptTailLines, the request takes that anchor
     and computes only its own tail, and answers as a fresh session."""
-    from lsp_server.session import ModelSession
+    from lsp_server.model.session import ModelSession
 
     settings = replace(SETTINGS, prompt_tail_lines=1)
     below = "\n\n\ndef write_config(path, text):\n    with open(path, 'w') as handle:\n        handle.write(text)\n"

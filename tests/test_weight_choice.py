@@ -1,4 +1,4 @@
-"""``quantization: auto`` (decoding/weight_choice.py): int8-hybrid where this CPU's int8 kernel is faster
+"""``quantization: auto`` (decoding/weights/weight_choice.py): int8-hybrid where this CPU's int8 kernel is faster
 for a one-token pass in most of the linear weights, measured once per machine and kept; bfloat16 else."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from decoding import weight_choice
+from decoding.weights import weight_choice
 from decoding.engine import Engine, EngineConfig
-from decoding.int8_hybrid import HybridInt8Linear
+from decoding.weights.int8_hybrid import HybridInt8Linear
 from tests.conftest import tiny_model
 
 pytestmark = pytest.mark.model

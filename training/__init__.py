@@ -1,4 +1,4 @@
-"""Training and evaluation of the bundled starter pair (:mod:`decoding.starter` holds the weights).
+"""Training and evaluation of the bundled starter pair (:mod:`decoding.weights.starter` holds the weights).
 
 Not part of the runtime: :mod:`decoding` and :mod:`lsp_server` import nothing from here.
 ``speclsp train-starter`` (:mod:`training.train`) and ``speclsp eval models`` (:mod:`training.evaluate`)

@@ -33,7 +33,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from bench.corpus import SKIP_DIRS, rename_identifier
-from decoding.starter import SPECIAL_TOKENS
+from decoding.weights.starter import SPECIAL_TOKENS
 
 PYTHON_WORDS = frozenset(keyword.kwlist) | {"self"}  # never chosen as a name to rename
 

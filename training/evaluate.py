@@ -325,7 +325,7 @@ def evaluate_pair(target, draft, tokenizer, cfg: EvalConfig, held_out: tuple[str
 
 def add_parser(commands) -> None:
     """Register ``speclsp eval models`` on an argparse subparsers object."""
-    from decoding.model_names import STARTER_DRAFT, STARTER_TARGET
+    from decoding.weights.model_names import STARTER_DRAFT, STARTER_TARGET
 
     evaluate = commands.add_parser("eval", help="measure model quality on held-out code")
     kinds = evaluate.add_subparsers(dest="eval_kind", required=True)
@@ -346,7 +346,7 @@ def run_models(args) -> int:
     import sys
     from dataclasses import replace
 
-    from decoding.loading import check_draft_compatible, load_model
+    from decoding.weights.loading import check_draft_compatible, load_model
 
     target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
     draft = load_model(args.draft_model, args.device, args.dtype, args.trust_remote_code)

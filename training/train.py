@@ -28,7 +28,7 @@ from tqdm import tqdm
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from bench.corpus import DEFAULT_HELD_OUT, held_out_texts, read_texts, stdlib_files
-from decoding.starter import MODELS_DIR, SPECIAL_TOKENS
+from decoding.weights.starter import MODELS_DIR, SPECIAL_TOKENS
 from training.data import ExampleMaker, ExampleMix, chunk_text, site_packages_files, train_tokenizer
 from training.induction import install_previous_token_head
 

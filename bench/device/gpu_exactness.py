@@ -309,7 +309,7 @@ def time_passes(model, device: torch.device, contexts=(512, 2048), sizes=(1, 16,
 
 
 def timings(device: str, dtype: str, quick: bool) -> None:
-    from decoding.loading import load_model
+    from decoding.weights.loading import load_model
 
     dev = torch.device(device)
     for name in ("starter", "starter-draft"):

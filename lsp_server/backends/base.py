@@ -1,6 +1,6 @@
 """The generation backend seam: what the completer needs from whatever generates its text.
 
-The features and the context builder (:mod:`lsp_server.completer`, :mod:`lsp_server.prompt`) speak to a
+The features and the context builder (:mod:`lsp_server.model.completer`, :mod:`lsp_server.completion.prompt`) speak to a
 :class:`GenerationBackend` only; they do not know whether the local engine (:mod:`lsp_server.backends.local`)
 or a remote serving engine over HTTP (:mod:`lsp_server.backends.openai`) serves them. A backend gives:
 
@@ -9,14 +9,14 @@ or a remote serving engine over HTTP (:mod:`lsp_server.backends.openai`) serves 
 * ``completion_stop_ids``: the ids that end a completion (a special token never belongs in code);
 * :meth:`GenerationBackend.generate` / :meth:`GenerationBackend.rewrite`: a prompt in, a
   :class:`decoding.generate.Generation` out (text, token count, finish reason, stage timings);
-* the draft sources and caches the model session keeps up to date (:mod:`lsp_server.draft_sources`):
+* the draft sources and caches the model session keeps up to date (:mod:`lsp_server.model.draft_sources`):
   :meth:`GenerationBackend.sync_sources`, :meth:`~GenerationBackend.forget_source`,
   :meth:`~GenerationBackend.forget_cache` and :meth:`~GenerationBackend.prefill`; ``keeps_sources`` says
   whether they do anything (a remote engine drafts from its own state and keeps its own caches: for it
   they are no-ops, and :meth:`~GenerationBackend.prefill` computes nothing).
 
 Failures of a remote engine are :class:`BackendError` (typed by ``kind``); the request pipeline
-(:mod:`lsp_server.pipeline`) maps them to one message per kind and an empty answer. The local engine never raises it.
+(:mod:`lsp_server.requests.pipeline`) maps them to one message per kind and an empty answer. The local engine never raises it.
 """
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ from collections.abc import Callable, Hashable, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from decoding.capabilities import ModelCapabilities
+from decoding.weights.capabilities import ModelCapabilities
 from decoding.types import Generation, GenerationConfig
 
 if TYPE_CHECKING:
-    from lsp_server.prompt import Prompt
-    from lsp_server.rewrite_prompt import RewritePrompt
+    from lsp_server.completion.prompt import Prompt
+    from lsp_server.next_edit.prompt import RewritePrompt
 
 
 LOCAL, OPENAI, LLAMACPP_INFILL = "local", "openai", "llamacpp-infill"
 BACKENDS = (LOCAL, OPENAI, LLAMACPP_INFILL)
-ROLE_COMPLETION, ROLE_NEXT_EDIT = "completion", "nextEdit"  # what a backend serves (lsp_server.session)
+ROLE_COMPLETION, ROLE_NEXT_EDIT = "completion", "nextEdit"  # what a backend serves (lsp_server.model.session)
 ROLES = (ROLE_COMPLETION, ROLE_NEXT_EDIT)
 #: ``completionModel``: which local model writes inline completions (:func:`lsp_server.backends.loading.load_backend`).
 COMPLETION_MODELS = ("auto", "target", "draft")

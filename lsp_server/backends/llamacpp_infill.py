@@ -1,7 +1,7 @@
 """llama.cpp's ``POST /infill``: the engine renders the FIM prompt itself from the parts we send.
 
 ``input_prefix`` and ``input_suffix`` are the prompt's prefix and suffix as we cut them to the token
-budgets (:mod:`lsp_server.prompt`), ``input_extra`` the other files' snippets we chose
+budgets (:mod:`lsp_server.completion.prompt`), ``input_extra`` the other files' snippets we chose
 (``{"filename", "text"}``; llama.cpp writes them in the repository format the GGUF's FIM tokens
 imply). The better fit where llama.cpp serves a model whose FIM format we do not render, and it lets
 llama.cpp reuse its prompt cache by the parts. Events are llama.cpp's own: ``content``, ``stop``,

@@ -20,8 +20,8 @@ from lsp_server.backends.base import GenerationBackend, LoadedModels
 SPARE_CHUNK_TOKENS = 32
 
 if TYPE_CHECKING:
-    from lsp_server.prompt import Prompt
-    from lsp_server.rewrite_prompt import RewritePrompt
+    from lsp_server.completion.prompt import Prompt
+    from lsp_server.next_edit.prompt import RewritePrompt
 
 LOCAL = "local"
 

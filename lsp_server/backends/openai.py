@@ -1,7 +1,7 @@
 """The OpenAI-compatible completions backend: ``POST /v1/completions`` with ``stream: true``.
 
 Served by vLLM, SGLang, llama.cpp's server, Ollama and TGI. The prompt is ours, rendered in the model's
-own FIM format (:mod:`lsp_server.prompt`), and sent as its token ids (a list of ints, which the OpenAI
+own FIM format (:mod:`lsp_server.completion.prompt`), and sent as its token ids (a list of ints, which the OpenAI
 API allows and vLLM, SGLang and llama.cpp accept): the engine then sees exactly the tokens we budgeted.
 An engine that refuses a token prompt (HTTP 400 or 422) gets it as text from then on: the ids decoded
 with their special tokens written out, which the engine parses back into them.

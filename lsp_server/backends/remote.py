@@ -26,13 +26,13 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from decoding.capabilities import read_capabilities
+from decoding.weights.capabilities import read_capabilities
 from decoding.errors import ModelLoadError
 from decoding.types import FinishReason, Generation, GenerationConfig
-from decoding.model_names import AUTO, model_location, pack_available
-from decoding.model_packs import PACKS
+from decoding.weights.model_names import AUTO, model_location, pack_available
+from decoding.weights.model_packs import PACKS
 from decoding.stats import GenerationStats, SourceStats
-from decoding.tokenizer_loading import load_tokenizer
+from decoding.weights.tokenizer_loading import load_tokenizer
 from lsp_server.backends.base import BackendError, LoadedModels, RemoteConfig
 from lsp_server.backends.http_stream import (
     Endpoint,

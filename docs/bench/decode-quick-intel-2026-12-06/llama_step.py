@@ -1,9 +1,9 @@
 import sys, time, os, statistics
 sys.path.insert(0, '.')  # run from the repository root
-import decoding.llama_cpp_model as lm
+import decoding.weights.llama_cpp_model as lm
 if len(sys.argv) > 2:
     lm.BATCH_TOKENS = int(sys.argv[2])
-from decoding.llama_cpp_model import LlamaCppModel
+from decoding.weights.llama_cpp_model import LlamaCppModel
 import llama_cpp.llama_cpp as m
 path = sys.argv[1]
 model = LlamaCppModel(path, threads=2)

@@ -1,6 +1,6 @@
 import sys, torch
 sys.path.insert(0, '.')  # run from the repository root
-import decoding.llama_cpp_model as lm
+import decoding.weights.llama_cpp_model as lm
 lm.BATCH_TOKENS = int(sys.argv[1])
 from decoding.engine import Engine, EngineConfig
 from bench.workloads import workloads

@@ -1,6 +1,6 @@
 """A pass of M tokens of a real model, eager or with its decoder under ``torch.compile(dynamic=True)``.
 
-Loads the model as the server does (``decoding.loading.load_model``), prefills 500 tokens in two
+Loads the model as the server does (``decoding.weights.loading.load_model``), prefills 500 tokens in two
 pieces, then times passes of 1 and 4 tokens (medians of 15, the cache cut back after each). Run from
 the repository root, one process per row, alternating::
 
@@ -18,7 +18,7 @@ import time
 import torch
 
 from decoding.kv_cache import cache_state
-from decoding.loading import load_model
+from decoding.weights.loading import load_model
 
 name, quantization, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 torch.set_num_threads(2)

@@ -6,7 +6,7 @@ import time
 import torch
 from transformers import DynamicCache
 
-from decoding.loading import load_model
+from decoding.weights.loading import load_model
 
 model = load_model("qwen2.5-coder-1.5b").model
 torch.manual_seed(0)

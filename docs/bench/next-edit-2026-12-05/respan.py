@@ -1,5 +1,5 @@
 """Re-score a `speclsp bench edits --json` file over the span each suggestion replaces
-(lsp_server/rewrite_span.py, as bench/edits.py scores since it came): the generations are the run's own
+(lsp_server/next_edit/span.py, as bench/edits.py scores since it came): the generations are the run's own
 (the span decides only where an answer is applied). The cases are cut again from the same corpus,
 split and settings, in the run's order.
 
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 from bench.corpus import corpus_files
 from bench.edit_cases import edit_cases
 from bench.edits import _score, summarise
-from lsp_server.rewrite_span import covered_span
-from lsp_server.syntax import parser_for
+from lsp_server.next_edit.span import covered_span
+from lsp_server.workspace.syntax import parser_for
 from lsp_server.workspace.documents import Document
 
 data = json.load(open(sys.argv[1]))

@@ -1,4 +1,4 @@
-"""Re-score a `speclsp bench edits --json` run with the server's withholding (lsp_server.rewrite_guard) as
+"""Re-score a `speclsp bench edits --json` run with the server's withholding (lsp_server.next_edit.guard) as
 it is now, from the same generations: a suggestion the guard withholds scores as unchanged.
 
     python docs/bench/next-edit-2026-12-06/reguard.py RUN.json > RESCORED.json
@@ -11,7 +11,7 @@ from argparse import Namespace
 from bench.corpus import corpus_files
 from bench.edit_cases import edit_cases
 from bench.edits import _history_and_request, summarise
-from lsp_server.rewrite_guard import withholds
+from lsp_server.next_edit.guard import withholds
 from lsp_server.settings import Settings
 
 run = json.load(open(sys.argv[1]))

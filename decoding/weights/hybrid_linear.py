@@ -1,0 +1,124 @@
+"""Hybrid linear layers: low-bit weights for short passes, the same weights dequantised for long ones.
+
+On a CPU a pass of few tokens is bound by the bytes of weights it reads, a pass of many tokens by
+arithmetic. A low-bit kernel reads fewer bytes, so a one-token step runs faster, but its cost grows with
+every token, while the bfloat16 matrix product (oneDNN, on AMX where the CPU has it) stays flat up to
+16-32 tokens and prefills several times faster (``speclsp bench step-cost``, docs/performance.md). A hybrid
+layer keeps both: the low-bit weights, and the *same* weights dequantised to the activation dtype. A pass
+of at most :attr:`HybridLinear.max_low_bit_tokens` tokens runs the low-bit kernel, a longer one the dense
+product. Which is faster at which size is measured per weight shape when the model is loaded
+(:func:`calibrate`), not assumed: it differs between CPUs.
+
+Both kernels compute with one set of weights (the dense copy is the low-bit weights' dequantisation,
+rounded to the activation dtype), so the model is one model: speculative output equals plain decoding of
+the same hybrid model, up to the rounding that passes of different sizes already show in bfloat16
+(docs/exactness.md). The formats: :mod:`decoding.weights.int4_hybrid` and :mod:`decoding.weights.int8_hybrid`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+CALIBRATION_TOKENS = (1, 2, 4, 8, 16, 32)
+_CALIBRATION_ROUNDS = 5
+
+
+class HybridLinear(torch.nn.Module):
+    """A linear layer holding low-bit weights and their dequantised copy (see the module docstring).
+
+    Subclasses set :attr:`dense` (``(out_features, in_features)``, the activation dtype) and implement
+    :meth:`low_bit`.
+
+    Args:
+        linear: the layer to replace (on the CPU).
+    """
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.bias = linear.bias
+        self.dense: torch.nn.Parameter | None = None
+        self.max_low_bit_tokens = 0  # passes of at most this many tokens use the low-bit kernel (set by calibrate)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dense copy: what code that reads a linear layer's weight (dtype, device, shape) expects."""
+        return self.dense
+
+    def low_bit(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ weights.T + bias`` by the low-bit kernel; ``x``: ``(..., in_features)``."""
+        raise NotImplementedError
+
+    def dense_product(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ dense.T + bias`` by the dense matrix product."""
+        return torch.nn.functional.linear(x, self.dense, self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., in_features)
+        tokens = x.numel() // self.in_features
+        return self.low_bit(x) if tokens <= self.max_low_bit_tokens else self.dense_product(x)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"low-bit up to {self.max_low_bit_tokens} tokens")
+
+
+def _median_seconds(layer: HybridLinear, tokens: int, low_bit: bool) -> float:
+    """Median seconds of one pass of ``tokens`` random rows through ``layer``'s low-bit kernel or its dense
+    product, over a few calls after one to warm up."""
+    x = torch.randn(1, tokens, layer.in_features, dtype=layer.dense.dtype)
+    run = layer.low_bit if low_bit else layer.dense_product
+    run(x)
+    samples = []
+    for _ in range(_CALIBRATION_ROUNDS):
+        started = time.perf_counter()
+        run(x)
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def fastest_low_bit_bound(layer: HybridLinear,
+                          timer: Callable[[HybridLinear, int, bool], float] = _median_seconds) -> int:
+    """The largest size in :data:`CALIBRATION_TOKENS` up to which every size runs faster on the low-bit
+    kernel (0: none). ``timer(layer, tokens, low_bit)`` gives seconds."""
+    bound = 0
+    for tokens in CALIBRATION_TOKENS:
+        if timer(layer, tokens, True) >= timer(layer, tokens, False):
+            break
+        bound = tokens
+    return bound
+
+
+@torch.inference_mode()
+def calibrate(layers: list[HybridLinear], known: dict[tuple[int, int], int] | None = None) -> dict[tuple[int, int], int]:
+    """Set each layer's ``max_low_bit_tokens``: per weight shape, the bound in ``known`` or else
+    :func:`fastest_low_bit_bound` of its first layer. Returns ``{(out, in): max_low_bit_tokens}``."""
+    known = known or {}
+    chosen: dict[tuple[int, int], int] = {}
+    for layer in layers:
+        shape = (layer.out_features, layer.in_features)
+        if shape not in chosen:
+            chosen[shape] = known[shape] if shape in known else fastest_low_bit_bound(layer)
+        layer.max_low_bit_tokens = chosen[shape]
+    return chosen
+
+
+def make_hybrid(model: torch.nn.Module, layer_type: type[HybridLinear], fits: Callable[[torch.nn.Linear], bool],
+                bounds: dict[tuple[int, int], int] | None = None) -> tuple[int, int, dict[tuple[int, int], int]]:
+    """Replace every linear layer of ``model`` that ``fits`` by a ``layer_type`` and calibrate them (the
+    shapes in ``bounds`` take their bound from it). Returns ``(replaced, linear layers, bounds per shape)``."""
+    replaced, total, layers = 0, 0, []
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, torch.nn.Linear):
+                continue
+            total += 1
+            if fits(child):
+                hybrid = layer_type(child)
+                setattr(parent, name, hybrid)
+                layers.append(hybrid)
+                replaced += 1
+    return replaced, total, calibrate(layers, bounds)

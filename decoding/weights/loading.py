@@ -1,0 +1,198 @@
+"""Loading target and draft models and their tokenizer.
+
+Model names are resolved by :mod:`decoding.weights.model_names` (packs, GGUF files, directories, hub ids). A
+local directory is loaded with ``local_files_only=True`` (no network); only a hub id the user names
+may download. ``trust_remote_code`` stays off unless the caller turns it on. Each loaded model's
+capabilities (FIM, repository prompt, stop ids) are recorded here, once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+
+from decoding.weights.capabilities import ModelCapabilities, read_capabilities
+from decoding.errors import ModelLoadError
+from decoding.generate import end_of_sequence_ids
+from decoding.weights.gguf_models import Stage
+from decoding.weights.hub_errors import explain_hub_failure
+from decoding.kv_cache import logits_width
+from decoding.weights.model_names import model_location
+from decoding.weights.quantization import quantize_weights
+from decoding.weights.tokenizer_loading import load_tokenizer
+from decoding.weights.weight_choice import choose_quantization
+
+log = logging.getLogger(__name__)
+
+@dataclass
+class LoadedModel:
+    """A causal LM in eval mode, its tokenizer and what it can do."""
+
+    name: str
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    capabilities: ModelCapabilities
+    quantization: str = "none"  # how its linear layers hold their weights (``auto`` settled)
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the model's logits (may exceed ``len(tokenizer)`` when the embedding is padded)."""
+        return logits_width(self.model)
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``"auto"`` picks CUDA when available, else CPU; anything else is passed to ``torch.device``."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise ModelLoadError(f"unknown device {device!r}: {exc}") from exc
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 matrix products in hardware (x86 ``avx512_bf16`` or
+    ``amx_bf16``, read from ``/proc/cpuinfo``; ``False`` where that file is missing). Without them
+    bfloat16 is emulated and slower than float32."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return bool(set(line.split(":", 1)[1].split()) & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``"auto"``: bfloat16 on CUDA and on CPUs with native bfloat16 (:func:`cpu_has_native_bf16`),
+    float32 elsewhere; else ``float32``/``float16``/``bfloat16``.
+
+    Measured on an AMD Zen 5 (2 cores, avx512_bf16) with the starter target and a 1,100-token cache:
+    a 256-token prefill took 39 ms in bfloat16 and 70 ms in float32, an 8-token verify pass 5.7 and
+    8.6 ms, a one-token step 5.6 and 5.1 ms. In bfloat16 a pass over several tokens and a one-token
+    step can round a logit differently, so greedy speculative and plain decoding can part at a near
+    tie (``speclsp bench decode`` reports those); in float32 they agree.
+    """
+    if dtype == "auto":
+        if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
+            return torch.bfloat16
+        return torch.float32
+    names = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if dtype not in names:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(sorted(names))}")
+    return names[dtype]
+
+
+def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False,
+               on_stage: Stage | None = None, quantization: str = "none", engine: str = "torch") -> LoadedModel:
+    """Load a causal LM and its tokenizer for inference.
+
+    Args:
+        name: a model name (see :mod:`decoding.weights.model_names`; not ``auto``): a pack, ``"starter"``,
+            ``"starter-draft"``, a ``.gguf`` file, a local model directory, or a hub id (downloads).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
+        dtype: ``"auto"`` (see :func:`resolve_dtype`) or an explicit float type.
+        trust_remote_code: allow a hub repository's own modelling code to run. Off by default.
+        on_stage: told about slow steps (the one-time conversion of a pack or GGUF file).
+        quantization: ``"auto"`` (the weights measured fastest here among those that keep the model:
+            :mod:`decoding.weights.weight_choice`), ``"none"``, or a quantised path for the linear layers (CPU
+            only; see :mod:`decoding.weights.quantization`).
+        engine: ``"torch"``, or ``"llama.cpp"``: a pack or ``.gguf`` file run by llama.cpp's kernels on
+            the GGUF weights as they are (:mod:`decoding.weights.llama_cpp_model`; CPU, no quantization option).
+    Raises:
+        ModelLoadError: missing directory, unknown hub id, no network, unsupported architecture, a pack
+            that is not installed or does not match its pinned hash. A failed download says which
+            model, why (the HTTP status or the network failure) and what to do
+            (:func:`decoding.weights.hub_errors.explain_hub_failure`). A quantization that cannot run here
+            (torchao missing, not on the CPU; :func:`decoding.weights.quantization.quantize_weights`).
+    """
+    if engine == "llama.cpp":
+        if quantization not in ("auto", "none") or device not in ("auto", "cpu"):
+            raise ModelLoadError("engine 'llama.cpp' runs the GGUF file's own weights on the CPU: quantization "
+                                 "must be none and the device auto or cpu")
+        return _load_gguf_model(name, on_stage)
+    if engine != "torch":
+        raise ModelLoadError(f"unknown engine {engine!r}; use torch or llama.cpp")
+    location, local_only = model_location(name, on_stage)
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    try:
+        tokenizer = load_tokenizer(location, local_only, trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(location, local_files_only=local_only, dtype=torch_dtype,
+                                                     trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as exc:
+        hub_failure = None if local_only else explain_hub_failure(name, exc)
+        raise ModelLoadError(hub_failure or f"could not load model {name!r} from {location}: {exc}") from exc
+    layer_types = set(getattr(model.config, "layer_types", None) or ())
+    unsupported = layer_types - {"full_attention", "sliding_attention"}
+    if unsupported:
+        raise ModelLoadError(f"model {name!r} has {', '.join(sorted(unsupported))} layers, whose state cannot be "
+                             "rolled back after a rejected draft; speclsp needs attention-only models")
+    model.to(torch_device).eval()
+    bounds = None
+    if quantization == "auto":
+        quantization, bounds, reason = choose_quantization(model, name)
+        log.info("%s", reason)
+    if quantization != "none" and on_stage:
+        on_stage(f"quantizing {name} to {quantization}")
+    quantize_weights(model, quantization, name, bounds)
+    log.info("loaded %s from %s on %s as %s, quantization %s", name, location, torch_device, torch_dtype, quantization)
+    eos_ids = end_of_sequence_ids(model, tokenizer)
+    capabilities = read_capabilities(tokenizer, eos_ids, location if local_only else None)
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, capabilities=capabilities,
+                       quantization=quantization)
+
+
+def _load_gguf_model(name: str, on_stage: Stage | None = None) -> LoadedModel:
+    """A model pack or ``.gguf`` file in llama.cpp (:class:`decoding.weights.llama_cpp_model.LlamaCppModel`), with
+    the tokenizer read out of the file once (:func:`decoding.weights.gguf_files.gguf_tokenizer_dir`).
+
+    Raises:
+        ModelLoadError: not a GGUF model, llama-cpp-python missing, or the file or its tokenizer unreadable.
+    """
+    from decoding.weights.gguf_files import gguf_file, gguf_tokenizer_dir
+    from decoding.weights.llama_cpp_model import LlamaCppModel
+
+    gguf, sha256 = gguf_file(name, on_stage)
+    tokenizer_dir = gguf_tokenizer_dir(gguf, sha256)
+    tokenizer = load_tokenizer(str(tokenizer_dir), local_only=True)
+    model = LlamaCppModel(gguf)
+    log.info("loaded %s from %s into llama.cpp (%d threads)", name, gguf, model.threads)
+    capabilities = read_capabilities(tokenizer, end_of_sequence_ids(model, tokenizer), str(tokenizer_dir))
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, capabilities=capabilities)
+
+
+_PROBE_TEXT = "def main(argv):\n    return {'ok': [1, 2.5, \"é😀\"]}  # probe\n"
+
+
+def check_draft_compatible(target: LoadedModel, draft: LoadedModel) -> None:
+    """Refuse a draft whose tokenizer maps text to other ids than the target's (docs/cases.md D8).
+
+    The tokenizers must have the same vocabulary (token -> id) and encode a probe text identically.
+    The models' logit widths may differ (e.g. Qwen2.5-Coder-0.5B pads its embedding to 151936 rows
+    and -7B to 152064, over one 151665-token tokenizer); draft logits are then padded or cut to the
+    target's width, which keeps verification exact.
+
+    Raises:
+        ModelLoadError: naming both models and what differs.
+    """
+    target_vocab, draft_vocab = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    where = f"draft model {draft.name!r} and target model {target.name!r}"
+    if len(target_vocab) != len(draft_vocab):
+        raise ModelLoadError(f"{where} have different vocabulary sizes ({len(draft_vocab)} vs "
+                             f"{len(target_vocab)} tokens); a draft must share the target's tokenizer")
+    if target_vocab != draft_vocab:
+        differing = sum(1 for token, i in target_vocab.items() if draft_vocab.get(token) != i)
+        raise ModelLoadError(f"{where} map {differing} tokens to different ids; "
+                             "a draft must share the target's tokenizer")
+    target_ids = target.tokenizer.encode(_PROBE_TEXT, add_special_tokens=False)
+    draft_ids = draft.tokenizer.encode(_PROBE_TEXT, add_special_tokens=False)
+    if target_ids != draft_ids:
+        raise ModelLoadError(f"{where} tokenize the same text differently; a draft must share the target's tokenizer")
+    if draft.vocab_size < len(draft_vocab) or target.vocab_size < len(target_vocab):
+        raise ModelLoadError(f"{where}: a model's output layer is narrower than its tokenizer's vocabulary")

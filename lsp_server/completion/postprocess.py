@@ -1,0 +1,146 @@
+"""Post-processing: trim what the model wrote to what is worth inserting.
+
+The completion's mode (single- or multi-line) is decided before generation, in
+:mod:`lsp_server.completion.mode`; :func:`trim` applies it:
+
+* single line: cut at the line break; a tail that repeats the text right of the cursor is dropped
+  (``def area(radius|):`` never gets ``):`` twice; ``{ ok:| }`` only the gap; docs/cases.md L6);
+* multi-line: cut at the end of the enclosing block (the first line indented less than the block, or
+  at top level the next definition after a blank line); a closing line of a brace block is kept only
+  if the document does not already close that block (tree-sitter decides); trailing lines that repeat
+  the lines already below the cursor are dropped (docs/cases.md L6); lines that add syntax errors at the end
+  are dropped (tree-sitter: the longest run of lines with the fewest errors in the window), as are a
+  last line cut off by the token limit and a last line that opens a block without its body.
+
+All text here is model text: ``\\n`` line breaks, ``str`` offsets in code points.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from decoding.types import FinishReason
+from lsp_server.completion.mode import Mode
+from lsp_server.workspace.syntax import INDENT_BLOCK_LANGUAGES, TailTrimmer, error_count, indent_width, parser_for, syntax_window
+
+_CLOSERS = set(")]}>:;,.\"'`")
+_MAX_SYNTAX_TRIMS = 16  # parses per completion at most, for the error-based trimming
+
+
+@dataclass(frozen=True)
+class TrimContext:
+    """What :func:`trim` knows about the cursor."""
+
+    prefix: str  # model text before the cursor (the prompt's window of it is enough)
+    suffix: str  # model text after the cursor
+    language_id: str
+    mode: Mode
+    finish_reason: FinishReason = FinishReason.STOP  # LENGTH when the token limit cut the text (TIME: whole lines)
+    window: tuple[str, str] | None = None  # syntax_window(prefix, suffix) when the caller has it
+
+    @functools.cached_property
+    def syntax_window(self) -> tuple[str, str]:
+        """(head, tail) parsed around the cursor (:func:`lsp_server.workspace.syntax.syntax_window`), computed once."""
+        return self.window if self.window is not None else syntax_window(self.prefix, self.suffix)
+
+
+def trim(text: str, ctx: TrimContext) -> str:
+    """The part of the model's ``text`` worth inserting (see the module docstring)."""
+    line_suffix = ctx.suffix.split("\n", 1)[0]
+    if not ctx.mode.multi_line:
+        return _dedupe_line_suffix(text.split("\n", 1)[0].rstrip(), line_suffix)
+    lines = text.rstrip().split("\n")
+    if ctx.finish_reason == FinishReason.LENGTH and len(lines) > 1:
+        lines = lines[:-1]  # the token limit cut the last line
+    parser = parser_for(ctx.language_id)
+    lines = _cut_at_block_end(lines, ctx, parser)
+    lines = _drop_repeated_lines_below(lines, ctx.suffix)
+    if parser is not None:
+        lines = _drop_lines_adding_errors(lines, ctx, parser)
+    while len(lines) > 1 and lines[-1].rstrip().endswith((":", "{")):
+        lines = lines[:-1]  # a header whose block the completion never wrote
+    return "\n".join(lines).rstrip()
+
+
+def _dedupe_line_suffix(completion: str, line_suffix: str) -> str:
+    """Drop a tail of ``completion`` that the text right of the cursor already holds (docs/cases.md L6)."""
+    right = line_suffix.rstrip()
+    if not right or not completion:
+        return completion
+    if completion.endswith(right):
+        return completion[: -len(right)].rstrip() if right.strip() else completion
+    for size in range(min(len(right), len(completion)), 0, -1):
+        head = right[:size]
+        if head.strip() and all(ch in _CLOSERS or ch.isspace() for ch in head) and completion.endswith(head):
+            return completion[:-size]
+    return completion
+
+
+def _cut_at_block_end(lines: list[str], ctx: TrimContext, parser) -> list[str]:
+    line_prefix = ctx.prefix[ctx.prefix.rfind("\n") + 1:]
+    if line_prefix.strip():  # after a header on the cursor's line: the block is deeper than that line
+        block_min = indent_width(line_prefix) + 1
+    elif lines[0].strip():  # on a blank line: the block is as deep as the first line written
+        block_min = indent_width(line_prefix + lines[0])
+    else:
+        first_code = next((line for line in lines[1:] if line.strip()), line_prefix)
+        block_min = indent_width(first_code)
+    top_level = block_min == 0
+    indent_blocks = ctx.language_id in INDENT_BLOCK_LANGUAGES
+    kept = [lines[0]]
+    seen_code = bool(lines[0].strip())
+    for index, line in enumerate(lines[1:], start=1):
+        if not line.strip():
+            kept.append(line)
+            continue
+        width = indent_width(line)
+        if width < block_min:
+            closer = line.strip()
+            if not indent_blocks and closer[:1] in ")]}" and _closer_needed(kept, line, ctx, parser):
+                kept.append(line)
+            break
+        if top_level and seen_code and width == 0 and not kept[-1].strip():
+            break  # a new top-level definition after a blank line
+        kept.append(line)
+        seen_code = True
+    while len(kept) > 1 and not kept[-1].strip():
+        kept.pop()
+    return kept
+
+
+def _closer_needed(kept: list[str], closer_line: str, ctx: TrimContext, parser) -> bool:
+    """Whether a closing line belongs in the completion: the document does not close the block itself."""
+    without = "\n".join(kept)
+    with_closer = without + "\n" + closer_line
+    if parser is None:
+        return not ctx.suffix.strip()
+    head, tail = ctx.syntax_window
+    return error_count(parser, head + with_closer + tail) < error_count(parser, head + without + tail)
+
+
+def _drop_repeated_lines_below(lines: list[str], suffix: str) -> list[str]:
+    """Drop trailing lines equal (stripped) to the first non-blank lines below the cursor (docs/cases.md L6)."""
+    below = [line.strip() for line in suffix.split("\n")[1:] if line.strip()][: len(lines)]
+    for size in range(min(len(below), len(lines) - 1), 0, -1):
+        tail = [line.strip() for line in lines[-size:]]
+        if tail == below[:size]:
+            return lines[:-size]
+    return lines
+
+
+def _drop_lines_adding_errors(lines: list[str], ctx: TrimContext, parser) -> list[str]:
+    """The longest prefix of ``lines`` (whole lines, at least one) with the fewest syntax errors in the
+    window around the cursor: trailing lines that open what they never close, or break what follows,
+    go. At most ``_MAX_SYNTAX_TRIMS`` parses (the longest candidates)."""
+    trimmer = TailTrimmer(parser, *ctx.syntax_window)
+    best_count, best_size = None, len(lines)
+    for size in range(len(lines), max(0, len(lines) - _MAX_SYNTAX_TRIMS), -1):
+        if size < len(lines) and not lines[size - 1].strip():
+            continue
+        count = trimmer.error_count("\n".join(lines[:size]))
+        if best_count is None or count < best_count:
+            best_count, best_size = count, size
+        if count == 0:
+            break
+    return lines[:best_size]
