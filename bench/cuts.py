@@ -31,8 +31,9 @@ from dataclasses import replace
 from lsprotocol import types
 
 from bench.corpus import corpus_files
-from decoding.engine import DRAFTER_MODES, Engine
-from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS
+from decoding.engine import Engine
+from decoding.types import DRAFTER_MODES
+from decoding.types import DEFAULT_MAX_DRAFT_TOKENS
 from lsp_server.cli import cut_hole
 from lsp_server.backends.local import as_backend
 from lsp_server.model.completer import complete

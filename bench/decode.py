@@ -61,8 +61,9 @@ from bench.noise import measure_parting
 from bench.step_cost import QWEN_SHAPES, cost
 from bench.workloads import WORKLOADS, workloads
 from decoding.draft_length import DraftLengthPolicy
-from decoding.engine import Engine, EngineConfig
-from decoding.generate import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
+from decoding.engine import Engine
+from decoding.types import EngineConfig
+from decoding.types import DEFAULT_MAX_DRAFT_TOKENS, GenerationConfig
 from decoding.weights.model_packs import PACKS
 from decoding.weights.quantization import QUANTIZATIONS
 from decoding.types import ENGINES

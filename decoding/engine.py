@@ -42,15 +42,13 @@ from decoding.kv_cache import KVCacheState, cache_state
 from decoding.weights.loading import LoadedModel, check_draft_compatible, load_model
 from decoding.weights.model_names import NO_DRAFT, resolve_pair
 
-# Defined in decoding.types (torch-free); imported here too, so `from decoding.engine import ...` works.
-from decoding.types import (  # noqa: F401
+from decoding.types import (
     DEFAULT_PREFILL_CHUNK_TOKENS,
     DRAFTER_MODES,
     DrafterMode,
     EngineConfig,
     Generation,
     GenerationConfig,
-    NgramConfig,
 )
 
 log = logging.getLogger(__name__)

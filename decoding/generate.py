@@ -39,17 +39,13 @@ from decoding.sampling import processed_probs
 from decoding.stats import GenerationStats
 from decoding.tree import DraftTree, tree_attention, tree_verify
 
-# Defined in decoding.types (torch-free); imported here too, so `from decoding.generate import ...` works.
-from decoding.types import (  # noqa: F401
-    DEFAULT_MAX_DRAFT_TOKENS,
-    DEFAULT_MAX_REGION_DRAFT_TOKENS,
+from decoding.types import (
     FINISH_CANCELLED,
     FINISH_LENGTH,
     FINISH_STOP,
     FinishReason,
     Generation,
     GenerationConfig,
-    SamplingParams,
 )
 from decoding.verify import VerifyResult, greedy_verify, speculative_verify
 

@@ -153,7 +153,7 @@ def run_complete(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from lsp_server.server import create_server
+    from lsp_server.features import create_server
     from lsp_server.protocol.transport import serve_stdio
 
     # stdout is the LSP transport: give pygls its own handle on it, then send anything else that

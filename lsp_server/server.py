@@ -1,38 +1,47 @@
 """The pygls server object and its wiring: document store, model worker and session, the request
 pipeline and its two services, settings, tracing.
 
-Features live one per module in :mod:`lsp_server.features`; each registers its handlers here.
+Features live one per module in :mod:`lsp_server.features` and read and call the services declared
+here; :func:`lsp_server.features.create_server` registers them. The two long-running jobs a feature
+starts, loading the models and indexing the workspace, are methods here (:meth:`SpeclspServer.load_models`,
+:meth:`SpeclspServer.reindex`), so that no feature touches the model thread or a backend.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import attrs
 from lsprotocol import types
+from pygls import uris
 from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from lsp_server import __version__
+from decoding.weights.model_names import resolve_pair
+from lsp_server.backends.base import BackendConfig
 from lsp_server.backends.loading import load_backend
-from lsp_server.workspace.documents import DocumentStore, MalformedChange, structure_change
+from lsp_server.model.session import ModelSession
+from lsp_server.model.worker import READY, ModelWorker
+from lsp_server.protocol.envelope import ANSWERED
+from lsp_server.protocol.progress import ClientProgress
 from lsp_server.requests.completion_service import CompletionService
-from lsp_server.features.status import StatusBoard
-from lsp_server.indexing import IndexService
 from lsp_server.requests.next_edit_service import NextEditService
 from lsp_server.requests.pipeline import RequestPipeline
-from lsp_server.protocol.transport import ANSWERED
-from lsp_server.workspace.repo_index import RepoIndex
-from lsp_server.model.session import ModelSession
 from lsp_server.settings import Settings
+from lsp_server.status_board import StatusBoard
 from lsp_server.tracing import RpcClock, Tracer
-from lsp_server.model.worker import ModelWorker
+from lsp_server.workspace.documents import DocumentStore, MalformedChange, structure_change
+from lsp_server.workspace.index_service import IndexService
 from lsp_server.workspace.names import DisplayNames
+from lsp_server.workspace.repo_index import RepoIndex
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +169,7 @@ class SpeclspServer(LanguageServer):
                                         rpc=self._rpc, notify_user=self.show_message, on_done=self.status.request_done)
         self.next_edits = NextEditService(self.pipeline, self._notify)
         self.completions = CompletionService(self.pipeline, self.next_edits, self._repo)
-        self.index = IndexService(self.pipeline.file_changed)
+        self.index = IndexService(self.pipeline.file_changed, self._log_message)
         self.pending_warnings = []
 
     def _current_settings(self) -> Settings:
@@ -183,6 +192,74 @@ class SpeclspServer(LanguageServer):
         except Exception:  # noqa: BLE001
             log.debug("could not show a message", exc_info=True)
 
+    def _log_message(self, text: str, level: str) -> None:
+        kinds = {"error": types.MessageType.Error, "warning": types.MessageType.Warning}
+        self.tracer.message(text, kinds.get(level, types.MessageType.Log))
+
+    def workspace_folders(self) -> list[Path]:
+        """Local directories of the workspace folders (or the root URI when the client sent no folders)."""
+        found = [uris.to_fs_path(folder.uri) for folder in self.workspace.folders.values()]
+        if not found and self.workspace.root_uri:
+            found = [uris.to_fs_path(self.workspace.root_uri)]
+        return [Path(p) for p in found if p and Path(p).is_dir()]
+
+    async def reindex(self) -> None:
+        """Rebuild the repository index of the current workspace folders (never raises)."""
+        folders = self.workspace_folders()
+        self.names.set_roots(folders)  # documents are named relative to their folder in logs
+        await self.index.rebuild(folders, self.settings.index_config(),
+                                 lambda: ClientProgress(self, "index", "speclsp: indexing"))
+
+    async def load_models(self) -> None:
+        """Load the configured backend (the models, or a remote engine's client) on the model thread,
+        reporting progress to the client when it can."""
+        config = self.settings.backend_config()
+        target, draft, where = _describe(config)
+        progress = ClientProgress(self, "load", "speclsp: loading models", target)
+        await progress.begin()
+
+        loop = asyncio.get_running_loop()
+
+        def report(stage: str) -> None:  # on the event loop
+            self.tracer.message(f"[speclsp] {stage}")
+            progress.report(stage)
+
+        def on_stage(stage: str) -> None:  # on the worker thread
+            loop.call_soon_threadsafe(report, stage)
+
+        self.tracer.message(f"[speclsp] loading models: backend={config.kind} target={target} draft={draft} "
+                            f"device={where} dtype={config.engine.dtype}")
+        self.status.model_state("loading", f"loading {target}", target, draft, where)
+        state = await asyncio.wrap_future(self.worker.load(config, on_stage))
+        message = self._loaded() if state == READY else self._load_failed()
+        self.tracer.message(f"[speclsp] {message}", types.MessageType.Info if state == READY else types.MessageType.Error)
+        progress.end(message)
+
+    def _loaded(self) -> str:
+        loaded = self.worker.loaded
+        message = f"models ready: target={loaded.target} on {loaded.device} ({loaded.dtype}), draft={loaded.draft}"
+        if loaded.next_edit:
+            message += f"; next edits: {loaded.next_edit}"
+        self.status.model_state("ready", message, loaded.target, loaded.draft, loaded.device)
+        for document in self.store.all():  # opened before these models: tokenised ahead in the new session too
+            self.pipeline.document_opened(document)
+        if loaded.notice:
+            self.warn([loaded.notice])
+        return message
+
+    def _load_failed(self) -> str:
+        message = f"model loading failed: {self.worker.error}"
+        self.status.model_state("error", message)
+        self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=f"speclsp: {message}"))
+        return message
+
+    def warn(self, warnings: list[str]) -> None:
+        """Each warning as ``window/showMessage`` and a log line."""
+        for warning in warnings:
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning,
+                                                             message=f"speclsp: {warning}"))
+            self.tracer.message(f"[speclsp] {warning}", types.MessageType.Warning)
+
     def trace_value(self) -> str:
         """The effective trace value: the client's, or the ``traceLevel`` setting when the client's is off."""
         client = getattr(self.protocol, "trace", None)
@@ -190,20 +267,9 @@ class SpeclspServer(LanguageServer):
         return client if client != "off" else self.settings.trace_level
 
 
-def create_server(loader: Callable[..., object] = load_backend, base_settings: Settings | None = None,
-                  session_factory: Callable[..., ModelSession] = ModelSession) -> SpeclspServer:
-    """A server with every feature registered.
-
-    Args:
-        loader: builds the generation backend from a :class:`~lsp_server.backends.loading.BackendConfig`.
-        base_settings: the settings before ``initializationOptions`` (``speclsp serve``'s flags).
-        session_factory: builds the model session around the backend (tests: a fake session), called
-            with the backend and the keywords ``names`` and ``defer_cold_parts``.
-    """
-    from lsp_server.features import (completion, document_sync, index_info, inline_completion, lifecycle, next_edit,
-                                     status)
-
-    server = SpeclspServer(loader, base_settings, session_factory)
-    for feature in (lifecycle, document_sync, inline_completion, completion, next_edit, status, index_info):
-        feature.register(server)
-    return server
+def _describe(config: BackendConfig) -> tuple[str, str, str]:
+    """(target, draft, where) for the messages before loading (reads package metadata only)."""
+    if config.remote is not None:
+        return config.remote.model or "remote model", "engine's own", config.remote.endpoint
+    pair = resolve_pair(config.engine.model, config.engine.draft_model)
+    return pair.target, pair.draft, config.engine.device

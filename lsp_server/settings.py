@@ -32,7 +32,7 @@ from decoding.types import (
     GenerationConfig,
     SamplingParams,
 )
-from lsp_server.backends.loading import BACKENDS, COMPLETION_MODELS, LOCAL, BackendConfig, RemoteConfig
+from lsp_server.backends.base import BACKENDS, COMPLETION_MODELS, LOCAL, BackendConfig, RemoteConfig
 from lsp_server.workspace.repo_index import IndexConfig
 
 if TYPE_CHECKING:

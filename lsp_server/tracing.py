@@ -152,36 +152,16 @@ class Tracer:
             record["msg_id"] = msg_id
         parts = [f"[speclsp] req={request_id} {method} {name}:{position.line}:{position.character} {status}"]
         if completion is not None:
-            stats = completion.generation.stats
-            model = {k: v for k, v in stats.ms.items() if k != "total"}
-            # The engine's own bookkeeping around the model: detokenizing, stops, cache and source upkeep.
-            decode_other = max(0.0, completion.ms.get("engine", 0.0) - sum(model.values()))
-            stages = {"rpc_in": rpc_ms[0], "queue": queue_ms, "context": completion.ms.get("context", 0.0), **model,
-                      "decode_other": decode_other, "postprocess": completion.ms.get("postprocess", 0.0),
-                      "rpc_out": rpc_ms[1], "total": total_ms}
-            parts.append(" ".join(f"{k}={v:.1f}ms" for k, v in stages.items()))
-            sources = " ".join(f"{n}={s.accepted}/{s.drafted}" for n, s in sorted(stats.sources.items())) or "-"
-            parts.append(f"prefill_tokens={stats.prefill_computed} reused={stats.prefill_reused} "
-                         f"tokens={stats.new_tokens} passes={stats.target_passes} "
-                         f"tokens/pass={stats.tokens_per_pass:.2f} accepted[{sources}] "
-                         f"finish={completion.generation.finish_reason}")
-            record.update(
-                ms={k: round(v, 2) for k, v in stages.items()}, prefill_computed=stats.prefill_computed,
-                prefill_reused=stats.prefill_reused, tokens=stats.new_tokens, target_passes=stats.target_passes,
-                tokens_per_pass=round(stats.tokens_per_pass, 3),
-                accepted={n: {"accepted": s.accepted, "drafted": s.drafted} for n, s in sorted(stats.sources.items())},
-                finish=completion.generation.finish_reason)
-            backend = getattr(completion.generation, "backend", "")
-            if backend:  # a remote engine generated: which backend, and the engine's own timings
-                engine_ms = getattr(completion.generation, "engine_ms", {})
-                parts.append(f"backend={backend}" + "".join(f" engine_{k}={v:.1f}ms" for k, v in engine_ms.items()))
-                record.update(backend=backend, engine_ms={k: round(v, 2) for k, v in engine_ms.items()})
-            if completion.mode is not None:  # a completion (a next-edit rewrite has no mode)
-                record.update(multi_line=completion.mode.multi_line, mode_reason=completion.mode.reason)
+            parts += _completion_figures(completion, record, {"rpc_in": rpc_ms[0], "queue": queue_ms}, rpc_ms[1], total_ms)
         elif total_ms:
             parts.append(f"total={total_ms:.1f}ms")
             record["ms"] = {"total": round(total_ms, 2)}
-        summary = " | ".join(parts)
+        self._emit(" | ".join(parts), record, completion)
+        return record
+
+
+    def _emit(self, summary: str, record: dict, completion) -> None:
+        """The summary as a log line, the record to ``$/logTrace`` and the trace file, by the trace level."""
         self.message(summary)
         level = self._trace_value()
         detailed = dict(record)
@@ -198,7 +178,40 @@ class Tracer:
                 self._file.flush()
             except OSError as exc:
                 log.warning("trace file write failed: %s", exc)
-        return record
+
+
+def _completion_figures(completion, record: dict, before: dict[str, float], rpc_out_ms: float,
+                        total_ms: float) -> list[str]:
+    """The summary's parts for an answered generation; its figures added to ``record``.
+
+    Args:
+        before: milliseconds of the stages before the handler's work (``rpc_in``, ``queue``).
+    """
+    stats = completion.generation.stats
+    model = {k: v for k, v in stats.ms.items() if k != "total"}
+    # The engine's own bookkeeping around the model: detokenizing, stops, cache and source upkeep.
+    decode_other = max(0.0, completion.ms.get("engine", 0.0) - sum(model.values()))
+    stages = {**before, "context": completion.ms.get("context", 0.0), **model, "decode_other": decode_other,
+              "postprocess": completion.ms.get("postprocess", 0.0), "rpc_out": rpc_out_ms, "total": total_ms}
+    sources = " ".join(f"{n}={s.accepted}/{s.drafted}" for n, s in sorted(stats.sources.items())) or "-"
+    parts = [" ".join(f"{k}={v:.1f}ms" for k, v in stages.items()),
+             f"prefill_tokens={stats.prefill_computed} reused={stats.prefill_reused} "
+             f"tokens={stats.new_tokens} passes={stats.target_passes} "
+             f"tokens/pass={stats.tokens_per_pass:.2f} accepted[{sources}] "
+             f"finish={completion.generation.finish_reason}"]
+    record.update(
+        ms={k: round(v, 2) for k, v in stages.items()}, prefill_computed=stats.prefill_computed,
+        prefill_reused=stats.prefill_reused, tokens=stats.new_tokens, target_passes=stats.target_passes,
+        tokens_per_pass=round(stats.tokens_per_pass, 3),
+        accepted={n: {"accepted": s.accepted, "drafted": s.drafted} for n, s in sorted(stats.sources.items())},
+        finish=completion.generation.finish_reason)
+    backend = getattr(completion.generation, "backend", "")
+    if backend:  # a remote engine generated: which backend, and the engine's own timings
+        engine_ms = getattr(completion.generation, "engine_ms", {})
+        parts.append(f"backend={backend}" + "".join(f" engine_{k}={v:.1f}ms" for k, v in engine_ms.items()))
+        record.update(backend=backend, engine_ms={k: round(v, 2) for k, v in engine_ms.items()})
+    record.update(completion.trace_fields())
+    return parts
 
 
 def replay_record(completion) -> dict:

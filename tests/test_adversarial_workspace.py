@@ -217,7 +217,8 @@ def test_the_watcher_applies_the_same_rules(hostile, tmp_path):
 
 @pytest.fixture(scope="module")
 def engine():
-    from decoding.engine import Engine, EngineConfig
+    from decoding.engine import Engine
+    from decoding.types import EngineConfig
 
     return Engine.load(EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="float32"))
 

@@ -46,7 +46,8 @@ def test_bench_decode_reports_every_workload_and_method(tmp_path):
 @pytest.mark.model
 def test_step_cost_times_the_loaded_quantized_pair():
     from bench.step_cost import step_costs, weight_bytes
-    from decoding.engine import Engine, EngineConfig
+    from decoding.engine import Engine
+    from decoding.types import EngineConfig
 
     config = EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="float32")
     plain = Engine.load(config)

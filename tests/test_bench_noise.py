@@ -14,7 +14,8 @@ import torch
 from bench.noise import divergence_within_noise, measure_parting, replay_logits, run_shaped_logits
 from decoding.drafters.base import Draft, DraftContext
 from decoding.drafters.ngram import NgramDrafter
-from decoding.generate import GenerationConfig, SpeculativeGenerator
+from decoding.generate import SpeculativeGenerator
+from decoding.types import GenerationConfig
 from decoding.kv_cache import KVCacheState
 from tests.conftest import ToyTokenizer, tiny_model
 

@@ -106,7 +106,8 @@ def test_the_model_drafter_measures_its_catch_up_and_knows_what_its_cache_lacks(
 
 @pytest.mark.model
 def test_the_generator_tells_drafters_how_many_tokens_are_left():
-    from decoding.generate import GenerationConfig, SpeculativeGenerator
+    from decoding.generate import SpeculativeGenerator
+    from decoding.types import GenerationConfig
     from tests.conftest import ToyTokenizer
 
     source = FakeSource("lookup", finds=False)

@@ -9,8 +9,10 @@ from lsprotocol import types
 from bench.corpus import read_texts, stdlib_files
 from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramDrafter
-from decoding.engine import Engine, EngineConfig
-from decoding.generate import GenerationConfig, _Output
+from decoding.engine import Engine
+from decoding.types import EngineConfig
+from decoding.generate import _Output
+from decoding.types import GenerationConfig
 from lsp_server.backends.local import as_backend
 from lsp_server.model.completer import complete, postprocess
 from lsp_server.completion.mode import decide_mode

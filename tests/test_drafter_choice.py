@@ -8,7 +8,8 @@ import pytest
 from decoding import drafter_choice
 from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramDrafter
-from decoding.engine import Engine, EngineConfig
+from decoding.engine import Engine
+from decoding.types import EngineConfig
 from tests.conftest import tiny_model
 
 pytestmark = pytest.mark.model

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from decoding.engine import Engine, EngineConfig
-from decoding.generate import GenerationConfig
+from decoding.engine import Engine
+from decoding.types import EngineConfig
+from decoding.types import GenerationConfig
 
 pytestmark = pytest.mark.model
 

@@ -15,7 +15,8 @@ from decoding.draft_length import DraftLengthPolicy
 from decoding.drafters.switching import SwitchingDrafter
 from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramDrafter
-from decoding.generate import GenerationConfig, SpeculativeGenerator
+from decoding.generate import SpeculativeGenerator
+from decoding.types import GenerationConfig
 from tests.greedy_check import assert_greedy_equal, first_mismatch
 
 pytestmark = pytest.mark.model

@@ -20,7 +20,8 @@ from scipy.stats import chisquare
 from decoding.drafters.base import Draft
 from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramDrafter
-from decoding.generate import GenerationConfig, SpeculativeGenerator, _Run
+from decoding.generate import SpeculativeGenerator, _Run
+from decoding.types import GenerationConfig
 from decoding.healing import Healing, TokenBytes
 from decoding.sampling import SamplingParams, processed_probs
 from decoding.weights.starter import TARGET_DIR

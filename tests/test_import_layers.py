@@ -3,7 +3,10 @@
 * The runtime (``decoding``, ``lsp_server``) imports nothing from ``training`` or ``bench``: those
   depend on the runtime, never the other way; the CLI reaches them only through entry points.
 * No import cycle among the project's modules, counting imports inside functions (a lazy import is
-  still a dependency) but not those under ``if TYPE_CHECKING:`` (never executed).
+  still a dependency), and none in the runtime even counting those under ``if TYPE_CHECKING:`` (a
+  type-only import is not executed, but a circle through it still ties two rooms together).
+* The server's rooms keep to their rules (:data:`PACKAGE_RULES`, :data:`FORBIDDEN_RULES`).
+* No runtime function is longer than :data:`MAX_FUNCTION_LINES` lines.
 
 Each check is a function run on the real tree and on a small synthetic tree that breaks it.
 """
@@ -41,15 +44,16 @@ def _type_checking_only(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def imported_names(path: Path, module: str) -> set[str]:
+def imported_names(path: Path, module: str, type_checking: bool = False) -> set[str]:
     """Every module name ``path`` (module ``module``) imports, at any depth, relative imports resolved;
-    ``from a import b`` gives ``a.b`` as well as ``a`` (``b`` may be a submodule)."""
+    ``from a import b`` gives ``a.b`` as well as ``a`` (``b`` may be a submodule). Imports under
+    ``if TYPE_CHECKING:`` count only with ``type_checking``."""
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     names: set[str] = set()
     pending: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"), str(path))]
     while pending:
         node = pending.pop()
-        if isinstance(node, ast.If) and _type_checking_only(node):
+        if isinstance(node, ast.If) and _type_checking_only(node) and not type_checking:
             pending.extend(node.orelse)
             continue
         if isinstance(node, ast.Import):
@@ -75,13 +79,13 @@ def forbidden_imports(root: Path, importers: tuple[str, ...], forbidden: tuple[s
     return found
 
 
-def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+def import_graph(root: Path, packages: tuple[str, ...], type_checking: bool = False) -> dict[str, set[str]]:
     """Module -> the project modules it imports (the longest existing module name of each import)."""
     modules = project_modules(root, packages)
     graph = {}
     for module, path in modules.items():
         targets = set()
-        for name in imported_names(path, module):
+        for name in imported_names(path, module, type_checking):
             parts = name.split(".")
             while parts and ".".join(parts) not in modules:
                 parts.pop()
@@ -166,6 +170,12 @@ def test_the_project_has_no_import_cycles():
     assert import_cycles(graph) == []
 
 
+def test_the_runtime_has_no_import_cycles_even_through_type_only_imports():
+    graph = import_graph(ROOT, RUNTIME_PACKAGES, type_checking=True)
+    assert "lsp_server.server" in graph["lsp_server.features.lifecycle"]  # a type-only edge is seen
+    assert import_cycles(graph) == []
+
+
 def test_the_cycle_check_finds_lazy_and_relative_cycles_but_not_type_checking_ones(tmp_path):
     root = _write(tmp_path, {
         "decoding/__init__.py": "",
@@ -180,12 +190,29 @@ def test_the_cycle_check_finds_lazy_and_relative_cycles_but_not_type_checking_on
     graph = import_graph(root, ("decoding", "lsp_server"))
     assert graph["decoding.c"] == set() and graph["decoding.d"] == {"decoding.c", "decoding"}
     assert import_cycles(graph) == [["decoding.a", "decoding.b"], ["lsp_server.bench", "lsp_server.cli"]]
+    with_types = import_graph(root, ("decoding", "lsp_server"), type_checking=True)
+    assert ["decoding.c", "decoding.d"] in import_cycles(with_types)
 
 
+#: Torch-free value modules of the engine that any server room may name (tests/test_torch_free_types.py).
+TORCH_FREE_DECODING = ("decoding.types", "decoding.errors", "decoding.stats", "decoding.weights.capabilities",
+                       "decoding.weights.model_names")
+#: What a room of the prompt side may import besides itself: the workspace, the resolved request, the
+#: settings and the backend protocol (lsp_server.backends.base), and the engine's torch-free values.
+PROMPT_SIDE = ("lsp_server.workspace", "lsp_server.request", "lsp_server.settings", "lsp_server.backends.base",
+               *TORCH_FREE_DECODING)
 #: Within lsp_server: (importing package, project packages it may import besides itself; None: any).
 PACKAGE_RULES = {
     "lsp_server.workspace": ("lsp_server.workspace",),  # documents and files: nothing else of the server
     "lsp_server.protocol": ("lsp_server.protocol",),  # the wire: no model, no feature
+    "lsp_server.completion": ("lsp_server.completion", *PROMPT_SIDE),  # the completion prompt and its trimming
+    "lsp_server.next_edit": ("lsp_server.next_edit", *PROMPT_SIDE),  # the next-edit prompt, its formats and rules
+}
+#: Within lsp_server: (importing package, packages it never imports).
+FORBIDDEN_RULES = {
+    "lsp_server.model": ("lsp_server.requests", "lsp_server.features"),  # the model thread calls no request code
+    "lsp_server.features": ("lsp_server.model", "lsp_server.backends"),  # handlers call services, never a model
+    "lsp_server.backends": ("lsp_server.model", "lsp_server.requests", "lsp_server.features"),
 }
 #: The decoding modules that import torch (the engine and what it runs on) are named in lsp_server only by
 #: the backends' package: a server on a remote backend never loads torch (tests/test_remote_no_torch.py).
@@ -194,20 +221,27 @@ TORCH_DECODING = ("decoding.engine", "decoding.generate", "decoding.kv_cache", "
 ENGINE_IMPORTERS = ("lsp_server.backends",)
 
 
+def _within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
 def package_rule_breaks(root: Path) -> list[str]:
-    """``"module imports name"`` for each import that breaks :data:`PACKAGE_RULES` or :data:`ENGINE_IMPORTERS`."""
+    """``"module imports name"`` for each import that breaks :data:`PACKAGE_RULES`, :data:`FORBIDDEN_RULES`
+    or :data:`ENGINE_IMPORTERS`."""
     found = []
     for module, path in project_modules(root, RUNTIME_PACKAGES).items():
-        names = imported_names(path, module)
+        names = sorted(imported_names(path, module))
         for package, allowed in PACKAGE_RULES.items():
-            if module == package or module.startswith(package + "."):
-                found += [f"{module} imports {name}" for name in sorted(names)
-                          if name.split(".")[0] in RUNTIME_PACKAGES and name != "lsp_server"
-                          and not any(name == a or name.startswith(a + ".") for a in allowed)]
-        if module.startswith("lsp_server") and not module.startswith(ENGINE_IMPORTERS):
-            found += [f"{module} imports {name}" for name in sorted(names)
-                      if any(name == t or name.startswith(t + ".") for t in TORCH_DECODING)]
-    return found
+            if _within(module, (package,)):
+                found += [f"{module} imports {name}" for name in names
+                          if name.split(".")[0] in RUNTIME_PACKAGES and name not in RUNTIME_PACKAGES
+                          and not _within(name, allowed)]
+        for package, forbidden in FORBIDDEN_RULES.items():
+            if _within(module, (package,)):
+                found += [f"{module} imports {name}" for name in names if _within(name, forbidden)]
+        if module.startswith("lsp_server") and not _within(module, ENGINE_IMPORTERS):
+            found += [f"{module} imports {name}" for name in names if _within(name, TORCH_DECODING)]
+    return sorted(set(found), key=found.index)
 
 
 def test_the_server_packages_keep_to_their_rules():
@@ -238,3 +272,56 @@ def test_the_package_rule_check_finds_a_workspace_module_that_reaches_out_and_an
         "lsp_server.protocol.transport imports decoding.types",
         "lsp_server.protocol.transport imports decoding.types.GenerationConfig",
         "lsp_server.workspace.documents imports lsp_server.settings"]
+
+
+def test_the_room_rules_find_prompt_side_model_and_feature_breaks(tmp_path):
+    root = _write(tmp_path, {
+        "decoding/__init__.py": "",
+        "decoding/types.py": "",
+        "lsp_server/__init__.py": "",
+        "lsp_server/completion/prompt.py": "from decoding.types import Generation\nfrom lsp_server.model import session\n",
+        "lsp_server/next_edit/prompt.py": "from lsp_server.backends.base import RewritePrompt\n"
+                                          "from lsp_server.requests.pipeline import RequestPipeline\n",
+        "lsp_server/model/session.py": "def f():\n    from lsp_server.requests import pipeline\n",
+        "lsp_server/features/lifecycle.py": "from lsp_server.backends.loading import load_backend\n"
+                                            "from lsp_server.settings import parse_settings\n",  # allowed
+    })
+    assert package_rule_breaks(root) == [
+        "lsp_server.completion.prompt imports lsp_server.model", "lsp_server.completion.prompt imports lsp_server.model.session",
+        "lsp_server.features.lifecycle imports lsp_server.backends.loading",
+        "lsp_server.features.lifecycle imports lsp_server.backends.loading.load_backend",
+        "lsp_server.model.session imports lsp_server.requests", "lsp_server.model.session imports lsp_server.requests.pipeline",
+        "lsp_server.next_edit.prompt imports lsp_server.requests.pipeline",
+        "lsp_server.next_edit.prompt imports lsp_server.requests.pipeline.RequestPipeline"]
+
+
+#: The longest a runtime function may be, in lines from its ``def`` to its last line.
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(root: Path, packages: tuple[str, ...], limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``"module.qualname: N lines"`` for each function (methods and nested ones included) over ``limit``."""
+    found = []
+    for module, path in project_modules(root, packages).items():
+        pending: list[tuple[ast.AST, str]] = [(ast.parse(path.read_text(encoding="utf-8")), module)]
+        while pending:
+            node, prefix = pending.pop()
+            for child in ast.iter_child_nodes(node):
+                name = f"{prefix}.{child.name}" if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else prefix
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = child.end_lineno - child.lineno + 1
+                    if lines > limit:
+                        found.append(f"{name}: {lines} lines")
+                pending.append((child, name))
+    return sorted(found)
+
+
+def test_no_runtime_function_is_longer_than_the_limit():
+    assert long_functions(ROOT, RUNTIME_PACKAGES) == []
+
+
+def test_the_length_check_finds_a_long_method(tmp_path):
+    method = "class A:\n    def f(self):\n" + "".join(f"        x{i} = {i}\n" for i in range(60))  # 61 lines
+    function = "def g():\n" + "".join(f"    x{i} = {i}\n" for i in range(59))  # 60 lines: at the limit
+    _write(tmp_path, {"decoding/__init__.py": "", "decoding/a.py": method + function})
+    assert long_functions(tmp_path, ("decoding",)) == ["decoding.a.A.f: 61 lines"]

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from bench.noise import divergence_within_noise
-from decoding.engine import Engine, EngineConfig
-from decoding.generate import GenerationConfig
+from decoding.engine import Engine
+from decoding.types import EngineConfig
+from decoding.types import GenerationConfig
 from decoding.errors import ModelLoadError
 from decoding.weights.llama_cpp_model import LlamaCppState, TreeUnsupported, llama_cpp, loaded_library, peer_library_dir
 from decoding.weights.model_names import pack_available

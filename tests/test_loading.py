@@ -7,7 +7,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from decoding.engine import Engine, EngineConfig
+from decoding.engine import Engine
+from decoding.types import EngineConfig
 from decoding.errors import ModelLoadError
 from decoding.weights.loading import check_draft_compatible, load_model
 from decoding.weights.model_names import model_location

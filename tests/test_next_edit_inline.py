@@ -9,12 +9,12 @@ import functools
 import pytest
 from lsprotocol import types
 
-from decoding.generate import FinishReason, Generation
+from decoding.types import FinishReason, Generation
 from decoding.stats import GenerationStats
 from lsp_server.model.completer import Rewrite
 from lsp_server.workspace.documents import DocumentStore
 from lsp_server.workspace.positions import codec_for
-from lsp_server.next_edit.prompt import RewritePrompt
+from lsp_server.backends.base import RewritePrompt
 from lsp_server.settings import Settings
 from lsp_server.next_edit.text_edits import apply_edits, inline_replacement
 from lsp_server.model.worker import READY, ModelWorker

@@ -12,8 +12,8 @@ from decoding.weights.capabilities import read_capabilities
 from decoding.weights.starter import TARGET_DIR
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.edit_history import MAX_CHARS, MAX_EDITS, EditHistory, changed_span
+from lsp_server.next_edit.formats import CHAT_END_MARKER
 from lsp_server.next_edit.prompt import (
-    CHAT_END_MARKER,
     NextEditUnsupported,
     build_rewrite_prompt,
     region_lines_around,

@@ -13,9 +13,10 @@ import sys
 import pytest
 import torch
 
-from decoding.engine import Engine, EngineConfig
+from decoding.engine import Engine
+from decoding.types import EngineConfig
 from decoding.errors import ModelLoadError
-from decoding.generate import GenerationConfig
+from decoding.types import GenerationConfig
 from decoding.weights.loading import load_model
 from decoding.weights.quantization import quantize_weights, quantized_linear_count
 from lsp_server.settings import Settings, parse_settings

@@ -27,8 +27,9 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from bench.cuts import cut_points
 from decoding.weights.capabilities import FimTokens
-from decoding.engine import DRAFTER_MODES, Engine, EngineConfig
-from decoding.generate import GenerationConfig
+from decoding.engine import Engine
+from decoding.types import DRAFTER_MODES, EngineConfig
+from decoding.types import GenerationConfig
 from decoding.weights.gguf_models import MARKER, pack_model_dir
 from decoding.weights.loading import load_tokenizer
 from decoding.weights.model_names import pack_available

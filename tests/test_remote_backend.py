@@ -19,11 +19,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from lsprotocol import types
 
-from decoding.generate import FinishReason, GenerationConfig
+from decoding.types import FinishReason, GenerationConfig
 from lsp_server.backends.base import BackendError
 from lsp_server.backends.http_stream import SseParser
 from lsp_server.backends.llamacpp_infill import LlamaCppInfillBackend
-from lsp_server.backends.loading import RemoteConfig
+from lsp_server.backends.base import RemoteConfig
 from lsp_server.backends.openai import OpenAICompletionsBackend
 from lsp_server.backends.remote import Backoff, load_model_tokenizer
 from lsp_server.workspace.documents import DocumentStore
@@ -272,7 +272,7 @@ def test_the_api_key_comes_from_the_named_variable_as_a_bearer_token(fake, token
 
 
 def test_llamacpp_infill_sends_the_prompt_parts(fake, tokenizer_and_capabilities):
-    from lsp_server.completion.prompt import Prompt
+    from lsp_server.backends.base import Prompt
 
     fake.reply = lambda h: h.send_stream(sse({"content": "y = 2", "stop": False},
                                              {"content": "", "stop": True, "stop_type": "limit", "tokens_predicted": 3,

@@ -193,11 +193,11 @@ def test_wrong_endpoint_answers_empty_and_says_so_once():
 
 
 def test_llamacpp_infill_backend_completes_from_the_prompt_parts(llama):
-    from decoding.generate import GenerationConfig
+    from decoding.types import GenerationConfig
     from lsp_server.backends.base import RemoteConfig
     from lsp_server.backends.llamacpp_infill import LlamaCppInfillBackend
     from lsp_server.backends.remote import load_model_tokenizer
-    from lsp_server.completion.prompt import Prompt
+    from lsp_server.backends.base import Prompt
 
     tokenizer, capabilities = load_model_tokenizer(PACK)
     backend = LlamaCppInfillBackend(RemoteConfig(llama.url), tokenizer, capabilities)

@@ -13,7 +13,8 @@ from lsprotocol import types
 
 from bench.noise import measure_parting
 from bench.replay import check_replays
-from decoding.engine import Engine, EngineConfig
+from decoding.engine import Engine
+from decoding.types import EngineConfig
 from lsp_server.backends.local import as_backend
 from lsp_server.model.completer import complete
 from lsp_server.request import resolve_request

@@ -16,7 +16,7 @@ from lsprotocol import types
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.file_rules import refused_root, uri_looks_secret
 from lsp_server.workspace.file_watch import IndexWatcher
-from lsp_server.indexing import choose_roots
+from lsp_server.workspace.index_service import choose_roots
 from lsp_server.workspace.positions import codec_for
 from lsp_server.completion.prompt import build_prompt
 from lsp_server.completion.related_files import Candidate, candidates, select_snippets
@@ -221,7 +221,7 @@ def test_repository_prompt_format_and_budget():
     assert tokenizer.decode(plain.prompt_ids).startswith("<|fim_prefix|>")
 
 
-# Roots and secret documents (lsp_server.workspace.file_rules, lsp_server.indexing) ----------------------------------
+# Roots and secret documents (lsp_server.workspace.file_rules, lsp_server.workspace.index_service) ----------------------------------
 
 @pytest.fixture()
 def home(tmp_path, monkeypatch) -> Path:

@@ -95,7 +95,7 @@ def written_rewrite(request):
     """A finished rewrite with one edit over the first line (what the fake session answers)."""
     from decoding.types import FinishReason, Generation, GenerationStats
     from lsp_server.model.completer import Rewrite
-    from lsp_server.next_edit.prompt import RewritePrompt
+    from lsp_server.backends.base import RewritePrompt
 
     prompt = RewritePrompt([1], [1], 0, 14, "", "```", True)
     return Rewrite(prompt, Generation([1], "", FinishReason.STOP, GenerationStats()), "def add(x, b):", [(8, 9, "x")])

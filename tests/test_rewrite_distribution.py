@@ -18,7 +18,7 @@ import torch
 from scipy.stats import chisquare
 
 import decoding.generate
-from decoding.generate import GenerationConfig
+from decoding.types import GenerationConfig
 from decoding.sampling import SamplingParams, processed_probs, sample
 from decoding.verify import VerifyResult
 from tests.conftest import tiny_model

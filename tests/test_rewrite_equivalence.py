@@ -15,8 +15,10 @@ import pytest
 
 from decoding.weights.capabilities import ModelCapabilities
 from decoding.drafters.region import RegionDrafter
-from decoding.engine import Engine, EngineConfig
-from decoding.generate import GenerationConfig, SpeculativeGenerator
+from decoding.engine import Engine
+from decoding.types import EngineConfig
+from decoding.generate import SpeculativeGenerator
+from decoding.types import GenerationConfig
 from decoding.weights.loading import LoadedModel
 from tests.conftest import ToyTokenizer, tiny_model
 from tests.greedy_check import assert_greedy_equal

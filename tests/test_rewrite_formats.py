@@ -82,7 +82,8 @@ def test_split_diff_gives_the_original_and_updated_lines():
 
 
 def test_a_rename_the_latest_edit_shows_shapes_the_draft(tokenizer):
-    from lsp_server.next_edit.prompt import predicted_region, renamed_word
+    from lsp_server.next_edit.edit_summary import renamed_word
+    from lsp_server.next_edit.prompt import predicted_region
 
     assert renamed_word([DIFF]) == ("values", "items")
     region = "def scale(items, factor):\n    for value in values:\n        out.values = values_2 + values\n"

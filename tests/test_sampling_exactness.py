@@ -24,7 +24,8 @@ from transformers.generation.logits_process import (
 
 from decoding.drafters.base import Draft
 from decoding.drafters.draft_model import ModelDrafter
-from decoding.generate import GenerationConfig, SpeculativeGenerator
+from decoding.generate import SpeculativeGenerator
+from decoding.types import GenerationConfig
 from decoding.sampling import SamplingParams, processed_probs
 from tests.conftest import ToyTokenizer, tiny_model
 

@@ -12,8 +12,8 @@ import pytest
 from pygls.exceptions import JsonRpcInternalError
 
 from lsp_server.protocol.parent_watch import watch_parent
-from lsp_server.protocol.transport import ANSWERED
-from lsp_server.server import create_server
+from lsp_server.protocol.envelope import ANSWERED
+from lsp_server.features import create_server
 from lsp_server.tracing import Tracer
 from tests.fake_session import CapturedWriter
 

@@ -16,7 +16,7 @@ from decoding.types import FinishReason, Generation
 from lsp_server.model.completer import Completion, Rewrite
 from lsp_server.completion.mode import Mode
 from lsp_server.request import resolve_request
-from lsp_server.next_edit.prompt import RewritePrompt
+from lsp_server.backends.base import RewritePrompt
 from lsp_server.model.session import ModelSession
 from lsp_server.settings import Settings, parse_settings
 from lsp_server.tracing import Tracer
@@ -32,7 +32,7 @@ TEXT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    "
 
 def _completion(request, text: str) -> Completion:
     """A model's completion of ``text`` at the request's cursor (no real prompt: only what the service reads)."""
-    from lsp_server.completion.prompt import Prompt
+    from lsp_server.backends.base import Prompt
 
     prompt = Prompt([1], request.document.text[:request.offset], "", request.offset, "", "\n", False, False, (), ())
     return Completion(text, prompt, Generation([1], text, FinishReason.STOP, GenerationStats()), Mode(False))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lsp_server.completion.prompt_tokens import SourceKey
-from lsp_server.server import create_server
+from lsp_server.features import create_server
 from lsp_server.model.session import ModelSession
 from lsp_server.workspace.names import DisplayNames, short_name
 from tests.fake_session import CapturedWriter, FakeBackend, RecordingSession
@@ -33,7 +33,7 @@ async def server(workspace: Path):
     server.protocol.set_writer(CapturedWriter())
     _send(server, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                    "params": {"processId": None, "rootUri": workspace.as_uri(), "capabilities": {}}})
-    await server.index.rebuild(server)  # as on `initialized`: the workspace folders name the documents
+    await server.reindex()  # as on `initialized`: the workspace folders name the documents
     assert server.worker.load(server.settings.backend_config()).result(timeout=10) == "ready"
     yield server
     server.index.stop()
@@ -142,11 +142,10 @@ def test_a_directory_under_home_is_shown_from_home():
 
 
 async def test_documents_open_before_a_load_are_tokenised_ahead_in_the_new_session(server, workspace):
-    from lsp_server.features.lifecycle import load_models
 
     uri = (workspace / "pkg" / "app.py").as_uri()
     _open(server, uri, "x = 1\n")
     first = _session(server)
-    await load_models(server)  # a reload (a changed model setting): a new session
+    await server.load_models()  # a reload (a changed model setting): a new session
     second = _session(server)
     assert second is not first and second.sources.encoder(second.backends["completion"]).holds(SourceKey(uri))

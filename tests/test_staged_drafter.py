@@ -21,7 +21,8 @@ from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramDrafter
 from decoding.drafters.staged import StagedDrafter
 from decoding.drafters.switching import SwitchingDrafter
-from decoding.generate import GenerationConfig, SpeculativeGenerator
+from decoding.generate import SpeculativeGenerator
+from decoding.types import GenerationConfig
 from decoding.sampling import SamplingParams, processed_probs, sample
 from decoding.verify import VerifyResult
 from tests.conftest import ToyTokenizer, tiny_model

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from decoding.drafters.ngram import NgramDrafter
-from decoding.generate import GenerationConfig, SpeculativeGenerator, _Output
+from decoding.generate import SpeculativeGenerator, _Output
+from decoding.types import GenerationConfig
 from decoding.kv_cache import KVCacheState
 
 PROMPT = [3, 7, 11, 3, 7, 11, 3, 7, 19, 2, 5]

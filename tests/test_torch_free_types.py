@@ -67,24 +67,11 @@ def test_the_check_reports_a_module_that_imports_torch():
     assert found[1].startswith("decoding.generate failed: ModuleNotFoundError: torch refused")
 
 
-def test_the_old_import_paths_name_the_same_objects():
-    from decoding import engine, generate, kv_cache, sampling, types
-    from decoding.weights import quantization
-    from decoding.drafters import ngram
-
-    assert generate.GenerationConfig is engine.GenerationConfig is types.GenerationConfig
-    assert (generate.Generation, generate.FinishReason, generate.FINISH_STOP, generate.DEFAULT_MAX_DRAFT_TOKENS) == (
-        types.Generation, types.FinishReason, types.FINISH_STOP, types.DEFAULT_MAX_DRAFT_TOKENS)
-    assert sampling.SamplingParams is types.SamplingParams and ngram.NgramConfig is types.NgramConfig
-    assert engine.EngineConfig is types.EngineConfig and engine.DrafterMode is types.DrafterMode
-    assert quantization.QUANTIZATIONS is types.QUANTIZATIONS
-    assert kv_cache.common_prefix_length is types.common_prefix_length
-
-
 #: What a server on a remote backend imports to start and serve (transformers is allowed there: the
 #: tokenizer; torch is not).
-REMOTE_SERVER = ("lsp_server.cli", "lsp_server.server", "lsp_server.backends.loading", "lsp_server.backends.openai",
-                 "lsp_server.backends.llamacpp_infill", "lsp_server.backends.remote", "lsp_server.model.session")
+REMOTE_SERVER = ("lsp_server.cli", "lsp_server.server", "lsp_server.features", "lsp_server.backends.loading",
+                 "lsp_server.backends.openai", "lsp_server.backends.llamacpp_infill", "lsp_server.backends.remote",
+                 "lsp_server.model.session")
 
 
 def loads_torch(modules: tuple[str, ...]) -> bool:

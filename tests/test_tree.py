@@ -13,7 +13,8 @@ from scipy.stats import chisquare
 
 from decoding.drafters.base import Draft, Drafter
 from decoding.drafters.ngram import NgramDrafter
-from decoding.generate import GenerationConfig, SpeculativeGenerator
+from decoding.generate import SpeculativeGenerator
+from decoding.types import GenerationConfig
 from decoding.kv_cache import KVCacheState
 from decoding.sampling import SamplingParams, processed_probs
 from decoding.tree import DraftTree, tree_attention, tree_verify

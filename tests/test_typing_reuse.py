@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 from lsprotocol import types
 
-from decoding.engine import Engine, EngineConfig
+from decoding.engine import Engine
+from decoding.types import EngineConfig
 from lsp_server.backends.local import as_backend
 from lsp_server.model.completer import complete
 from lsp_server.model.draft_sources import DraftSources

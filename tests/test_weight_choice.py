@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from decoding.weights import weight_choice
-from decoding.engine import Engine, EngineConfig
+from decoding.engine import Engine
+from decoding.types import EngineConfig
 from decoding.weights.int8_hybrid import HybridInt8Linear
 from tests.conftest import tiny_model
 

@@ -132,7 +132,8 @@ def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
 def greedy_starter(device: str, dtype: str, new_tokens: int, ks: tuple[int, ...], quick: bool) -> int:
     """Section 1 for one dtype; returns the number of failures."""
     from decoding.draft_length import DraftLengthPolicy
-    from decoding.engine import Engine, EngineConfig, GenerationConfig
+    from decoding.engine import Engine
+    from decoding.types import EngineConfig, GenerationConfig
 
     t0 = time.perf_counter()
     engine = Engine.load(EngineConfig(model="starter", draft_model="starter-draft", device=device, dtype=dtype))
@@ -207,7 +208,8 @@ def greedy_tiny(device: str, quick: bool) -> int:
     from decoding.drafters.draft_model import ModelDrafter
     from decoding.drafters.ngram import NgramDrafter
     from decoding.drafters.switching import SwitchingDrafter
-    from decoding.generate import GenerationConfig, SpeculativeGenerator
+    from decoding.generate import SpeculativeGenerator
+    from decoding.types import GenerationConfig
     from tests.conftest import ToyTokenizer, tiny_model
     from tests.greedy_check import assert_greedy_equal
     from tests.test_greedy_equivalence import NEW_TOKENS

@@ -22,15 +22,11 @@ Failures of a remote engine are :class:`BackendError` (typed by ``kind``); the r
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Set
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from decoding.weights.capabilities import ModelCapabilities
-from decoding.types import Generation, GenerationConfig
-
-if TYPE_CHECKING:
-    from lsp_server.completion.prompt import Prompt
-    from lsp_server.next_edit.prompt import RewritePrompt
+from decoding.types import EngineConfig, Generation, GenerationConfig
 
 
 LOCAL, OPENAI, LLAMACPP_INFILL = "local", "openai", "llamacpp-infill"
@@ -49,6 +45,52 @@ class RemoteConfig:
     model: str = ""  # the served model's name ("model" of the request); "": not sent
     api_key_env: str = ""  # the environment variable holding the API key ("": none); the key is never stored
     timeout_s: float = 10.0  # connecting, and waiting for the next bytes of an answer (seconds)
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """What the model thread loads; a change reloads it (:meth:`lsp_server.settings.Settings.backend_config`)."""
+
+    kind: str = LOCAL  # one of BACKENDS
+    engine: EngineConfig = field(default_factory=EngineConfig)  # the local models; for a remote backend, ``model`` names the tokenizer
+    remote: RemoteConfig | None = None  # for a remote backend
+    completion_model: str = "target"  # local: auto, target or draft (see the module docstring)
+    next_edit_model: str = ""  # local: a model of next edits' own, loaded beside the pair ("": the pair's)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt for one completion request and what post-processing needs to know."""
+
+    prompt_ids: list[int]
+    prefix: str  # model text (\n line breaks) before the cursor, as kept in the prompt
+    suffix: str  # model text after the cursor, as kept in the prompt
+    cursor_offset: int  # code points into the document text
+    line_suffix: str  # text right of the cursor on its line
+    eol: str  # the document's line ending
+    fim: bool  # whether the prompt is fill-in-the-middle
+    truncated: bool  # the budget left part of the document out of the prompt
+    snippets: tuple[str, ...] = ()  # labels of the other files' snippets in the prompt
+    extra: tuple[tuple[str, str], ...] = ()  # (label, text) of those snippets (for an engine that renders them)
+    healed: str = ""  # token healing: the prefix's last token, left out of prompt_ids; the output must start with it
+    tail_ids: tuple[int, ...] = ()  # the typed-tail layout: the ids after <|fim_middle|>
+    tail_text: str = ""  # their text
+
+
+@dataclass(frozen=True)
+class RewritePrompt:
+    """A rewrite prompt and its region."""
+
+    prompt_ids: list[int]
+    draft_ids: list[int]  # the region's tokens, then the end marker's
+    region_start: int  # code points into the document text: the start of the region's first line
+    region_end: int  # the end of its last line, before the line break
+    region_text: str  # the document text of the region (its own line endings)
+    end_marker: str  # what the model writes after the region; a stop string ("" where a stop token ends it)
+    chat: bool  # a chat-template format
+    prompt_format: str = "chat"  # one of lsp_server.next_edit.formats.FORMATS
+    trailing_break: bool = False  # the answer ends with a line break of the format's, not the region's
+    latest_diff: str = ""  # the user's latest edit as a unified diff (model text; "" when none)
 
 
 @dataclass(frozen=True)

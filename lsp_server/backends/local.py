@@ -7,21 +7,16 @@ generations keep their speculative statistics (per-source acceptance, passes, st
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Set
-from typing import TYPE_CHECKING
 
 from decoding.engine import Engine
 from decoding.types import REWRITE_PREFILL_CHUNK_TOKENS, Generation, GenerationConfig
-from lsp_server.backends.base import GenerationBackend, LoadedModels
+from lsp_server.backends.base import GenerationBackend, LoadedModels, Prompt, RewritePrompt
 
 # A spare prefill in idle time yields to a request after at most this many tokens. Any other prefill ahead
 # (a next-edit prompt after an edit burst) runs in a rewrite's own pieces and is preempted between the
 # model's layers when the document changes (a key), so a key does not wait for its piece; a queued
 # request waits for the piece, which a request for the same prompt needs anyway.
 SPARE_CHUNK_TOKENS = 32
-
-if TYPE_CHECKING:
-    from lsp_server.completion.prompt import Prompt
-    from lsp_server.next_edit.prompt import RewritePrompt
 
 LOCAL = "local"
 

@@ -25,11 +25,11 @@ the same while the user types.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from decoding.weights.capabilities import ModelCapabilities, read_capabilities
 from lsp_server.workspace.positions import line_ending, to_model_text
 from lsp_server.completion.prompt_tokens import PromptEncoder, SourceKey
+from lsp_server.backends.base import Prompt
 from lsp_server.request import CompletionRequest
 
 # (text, where it starts in the string it was cut from) -> (ids, character offsets)
@@ -39,25 +39,6 @@ _MAX_CHARS_PER_TOKEN = 8  # pre-trim before tokenising; a longer token only mean
 _ANCHOR_CHARS = 4096  # the pre-trim's start moves in steps of this many characters
 _ANCHOR_TOKENS = 128  # the prefix's first token moves in steps of this many tokens
 _LINE_SEARCH_TOKENS = 64  # how far the cut looks for a token that starts exactly at a line start
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """A prompt for one completion request and what post-processing needs to know."""
-
-    prompt_ids: list[int]
-    prefix: str  # model text (\n line breaks) before the cursor, as kept in the prompt
-    suffix: str  # model text after the cursor, as kept in the prompt
-    cursor_offset: int  # code points into the document text
-    line_suffix: str  # text right of the cursor on its line
-    eol: str  # the document's line ending
-    fim: bool  # whether the prompt is fill-in-the-middle
-    truncated: bool  # the budget left part of the document out of the prompt
-    snippets: tuple[str, ...] = ()  # labels of the other files' snippets in the prompt
-    extra: tuple[tuple[str, str], ...] = ()  # (label, text) of those snippets (for an engine that renders them)
-    healed: str = ""  # token healing: the prefix's last token, left out of prompt_ids; the output must start with it
-    tail_ids: tuple[int, ...] = ()  # the typed-tail layout: the ids after <|fim_middle|>
-    tail_text: str = ""  # their text
 
 
 def _keep_tail(encode: Encode, text: str, budget: int, skipped: int = 0) -> tuple[str, list[int]]:
@@ -145,6 +126,16 @@ def _heal(tokenizer, prefix: str, prefix_ids: list[int]) -> tuple[list[int], str
     return prefix_ids[:-1], text
 
 
+def _tail_ids(tokenizer, tail: str, heal: bool, kept_tail) -> tuple[list[int], str]:
+    """(the typed tail's ids after ``<|fim_middle|>``, the text healed off its end): the kept tail's ids
+    when the typed tail extends it (the rest of the typed text healed), else the tail tokenised, its
+    last token healed with ``heal``."""
+    if heal and kept_tail is not None and kept_tail.serves(tail):
+        return list(kept_tail.ids), tail[len(kept_tail.text):]
+    tail_ids = tokenizer.encode(tail, add_special_tokens=False)
+    return _heal(tokenizer, tail, tail_ids) if heal else (tail_ids, "")
+
+
 def build_prompt(
     request: CompletionRequest, tokenizer, snippets=(), repo: tuple[str, str] | None = None,
     encoder: PromptEncoder | None = None, capabilities: ModelCapabilities | None = None, heal: bool = False,
@@ -174,9 +165,8 @@ def build_prompt(
     """
     document, offset, budget = request.document, request.offset, request.settings
     capabilities = capabilities if capabilities is not None else read_capabilities(tokenizer)
-    tail = ""
-    if anchor is not None and capabilities.fim is not None and anchor != offset:
-        tail = to_model_text(document.text[anchor:offset])
+    typed_tail = anchor is not None and capabilities.fim is not None and anchor != offset
+    tail = to_model_text(document.text[anchor:offset]) if typed_tail else ""
     # Only the parts within reach of the budgets, not the whole document (a copy per request).
     window = document.model_window(offset, budget.prefix_tokens * _MAX_CHARS_PER_TOKEN,
                                    budget.suffix_tokens * _MAX_CHARS_PER_TOKEN)
@@ -187,15 +177,12 @@ def build_prompt(
     whole = SourceKey(document.uri)
     prefix, prefix_ids = _keep_tail(lambda text, at: encoder.encode(SourceKey(document.uri, "prefix"), text, (whole, at)),
                                     before.prefix, budget.prefix_tokens, before.prefix_length - len(before.prefix))
-    healed, tail_ids = "", []
-    if tail and heal and kept_tail is not None and kept_tail.serves(tail):
-        tail_ids, healed = list(kept_tail.ids), tail[len(kept_tail.text):]
-    elif tail:
-        tail_ids = tokenizer.encode(tail, add_special_tokens=False)
-        if heal:
-            tail_ids, healed = _heal(tokenizer, tail, tail_ids)
-    elif heal and anchor is None:
-        prefix_ids, healed = _heal(tokenizer, prefix, prefix_ids)
+    if tail:
+        tail_ids, healed = _tail_ids(tokenizer, tail, heal, kept_tail)
+    else:
+        tail_ids, healed = [], ""
+        if heal and anchor is None:
+            prefix_ids, healed = _heal(tokenizer, prefix, prefix_ids)
     fim = capabilities.fim
     labels: tuple[tuple[str, str], ...] = ()
     if fim is not None:
@@ -208,6 +195,13 @@ def build_prompt(
             prompt_ids = header + prompt_ids
     else:
         suffix, prompt_ids = "", prefix_ids or [tokenizer.eos_token_id or 0]
+    return _prompt(request, window, prompt_ids, prefix, tail, suffix, healed, tail_ids, labels, fim is not None)
+
+
+def _prompt(request: CompletionRequest, window, prompt_ids: list[int], prefix: str, tail: str, suffix: str,
+            healed: str, tail_ids: list[int], labels: tuple[tuple[str, str], ...], fim: bool) -> Prompt:
+    """The :class:`Prompt` of :func:`build_prompt`'s parts (``window``: the document's model window)."""
+    document, offset = request.document, request.offset
     return Prompt(
         prompt_ids=prompt_ids,
         prefix=prefix + tail,
@@ -215,7 +209,7 @@ def build_prompt(
         cursor_offset=offset,
         line_suffix=request.line_suffix,
         eol=line_ending(document.text),
-        fim=fim is not None,
+        fim=fim,
         truncated=len(prefix) + len(tail) < window.prefix_length or len(suffix) < window.suffix_length,
         snippets=tuple(label for label, _ in labels),
         extra=labels,

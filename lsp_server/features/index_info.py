@@ -14,13 +14,15 @@ if TYPE_CHECKING:
 INDEX_METHOD = "speclsp/index"
 
 
+def index_info(ls: SpeclspServer, params: Any = None) -> dict[str, Any]:
+    index = ls.index.repo
+    if index is None:
+        return {"state": ls.index.state(ls.settings.index_enabled), "roots": [], "files": [], "tokens": 0,
+                "skipped": {}}
+    return {"state": "ready", "roots": [str(root) for root in index.roots],
+            "files": sorted(index.relative(path) for path in index.paths()),
+            "tokens": index.tokens, "skipped": dict(index.skipped)}
+
+
 def register(server: SpeclspServer) -> None:
-    @server.feature(INDEX_METHOD)
-    def index_info(ls: SpeclspServer, params: Any = None) -> dict[str, Any]:
-        index = ls.index.repo
-        if index is None:
-            return {"state": ls.index.state(ls.settings.index_enabled), "roots": [], "files": [], "tokens": 0,
-                    "skipped": {}}
-        return {"state": "ready", "roots": [str(root) for root in index.roots],
-                "files": sorted(index.relative(path) for path in index.paths()),
-                "tokens": index.tokens, "skipped": dict(index.skipped)}
+    server.feature(INDEX_METHOD)(index_info)

@@ -16,13 +16,15 @@ if TYPE_CHECKING:
     from lsp_server.server import SpeclspServer
 
 
+async def inline_completion(ls: SpeclspServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
+    automatic = params.context is not None and params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
+    answer = await ls.completions.complete("inlineCompletion", params.text_document.uri, params.position, automatic)
+    if answer is None:
+        return types.InlineCompletionList(items=[])
+    return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=answer.insert_text,
+                                                                        range=answer.range)])
+
+
 def register(server: SpeclspServer) -> None:
     # Registering with options makes pygls advertise inlineCompletionProvider in initialize.
-    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-    async def inline_completion(ls: SpeclspServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
-        automatic = params.context is not None and params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
-        answer = await ls.completions.complete("inlineCompletion", params.text_document.uri, params.position, automatic)
-        if answer is None:
-            return types.InlineCompletionList(items=[])
-        return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=answer.insert_text,
-                                                                            range=answer.range)])
+    server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())(inline_completion)

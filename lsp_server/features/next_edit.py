@@ -95,34 +95,38 @@ def _resolves_edit(ls: SpeclspServer) -> bool:
     return support is not None and "edit" in (support.properties or [])
 
 
-def register(server: SpeclspServer) -> None:
-    @server.feature(NEXT_EDIT_METHOD)
-    async def next_edit(ls: SpeclspServer, params: Any = None) -> dict | None:
-        uri, position = _params(params)
-        return next_edit_result(ls, await ls.next_edits.next_edit(uri, position))
+async def next_edit(ls: SpeclspServer, params: Any = None) -> dict | None:
+    uri, position = _params(params)
+    return next_edit_result(ls, await ls.next_edits.next_edit(uri, position))
 
-    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
-                    types.CodeActionOptions(code_action_kinds=[ACTION_KIND], resolve_provider=True))
-    async def code_action(ls: SpeclspServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
-        only = params.context.only
-        if only is not None and not any(ACTION_KIND.value.startswith(kind) for kind in only):
+
+async def code_action(ls: SpeclspServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
+    only = params.context.only
+    if only is not None and not any(ACTION_KIND.value.startswith(kind) for kind in only):
+        return None
+    uri, position = params.text_document.uri, params.range.start
+    if params.context.trigger_kind == types.CodeActionTriggerKind.Automatic:  # on every cursor move: no model
+        if not ls.next_edits.history.has_edits(uri) or not _resolves_edit(ls):
             return None
-        uri, position = params.text_document.uri, params.range.start
-        if params.context.trigger_kind == types.CodeActionTriggerKind.Automatic:  # on every cursor move: no model
-            if not ls.next_edits.history.has_edits(uri) or not _resolves_edit(ls):
-                return None
-            data = {"uri": uri, "position": {"line": position.line, "character": position.character}}
-            return [types.CodeAction(title=ACTION_TITLE, kind=ACTION_KIND, data=data)]
-        action = _action(ls, uri, await ls.next_edits.next_edit(uri, position))
-        return [action] if action is not None else None
+        data = {"uri": uri, "position": {"line": position.line, "character": position.character}}
+        return [types.CodeAction(title=ACTION_TITLE, kind=ACTION_KIND, data=data)]
+    action = _action(ls, uri, await ls.next_edits.next_edit(uri, position))
+    return [action] if action is not None else None
 
-    @server.feature(types.CODE_ACTION_RESOLVE)
-    async def code_action_resolve(ls: SpeclspServer, action: types.CodeAction) -> types.CodeAction:
-        if action.title != ACTION_TITLE or action.data is None or action.edit is not None:
-            return action
-        uri, position = _params({"textDocument": {"uri": _field(action.data, "uri")},
-                                 "position": _field(action.data, "position")})
-        resolved = _action(ls, uri, await ls.next_edits.next_edit(uri, position))
-        # Nothing to change any more: an empty edit (resolve must answer with the action).
-        action.edit = resolved.edit if resolved is not None else types.WorkspaceEdit(changes={})
+
+async def code_action_resolve(ls: SpeclspServer, action: types.CodeAction) -> types.CodeAction:
+    if action.title != ACTION_TITLE or action.data is None or action.edit is not None:
         return action
+    uri, position = _params({"textDocument": {"uri": _field(action.data, "uri")},
+                             "position": _field(action.data, "position")})
+    resolved = _action(ls, uri, await ls.next_edits.next_edit(uri, position))
+    # Nothing to change any more: an empty edit (resolve must answer with the action).
+    action.edit = resolved.edit if resolved is not None else types.WorkspaceEdit(changes={})
+    return action
+
+
+def register(server: SpeclspServer) -> None:
+    server.feature(NEXT_EDIT_METHOD)(next_edit)
+    server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
+                   types.CodeActionOptions(code_action_kinds=[ACTION_KIND], resolve_provider=True))(code_action)
+    server.feature(types.CODE_ACTION_RESOLVE)(code_action_resolve)

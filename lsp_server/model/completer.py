@@ -20,20 +20,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from decoding.types import FinishReason, Generation, GenerationConfig
-from lsp_server.backends.base import GenerationBackend
+from lsp_server.backends.base import GenerationBackend, Prompt, RewritePrompt
 from lsp_server.completion.mode import Mode, decide_mode
 from lsp_server.workspace.documents import Document
 from lsp_server.model.draft_sources import DraftSources
 from lsp_server.workspace.positions import line_ending, to_document_text
 from lsp_server.completion.postprocess import TrimContext, trim
-from lsp_server.completion.prompt import Prompt, build_prompt
+from lsp_server.completion.prompt import build_prompt
 from lsp_server.completion.anchor import KeptTail
 from lsp_server.workspace.syntax import syntax_window
 from lsp_server.completion.related_files import context_documents, label, related_files
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.request import CompletionRequest
 from lsp_server.next_edit.guard import withholds
-from lsp_server.next_edit.prompt import RewritePrompt, build_rewrite_prompt
+from lsp_server.next_edit.prompt import build_rewrite_prompt
 from lsp_server.next_edit.span import covered_span
 from lsp_server.next_edit.text_edits import Replacement, minimal_edits
 
@@ -49,6 +49,10 @@ class Completion:
     ms: dict[str, float] = field(default_factory=dict)  # prompt, engine (the whole generate call), postprocess
     config: GenerationConfig | None = None  # what the generation was asked for (its plain replay, bench/replay.py)
     model: str = ""  # the target that wrote it
+
+    def trace_fields(self) -> dict:
+        """What the tracer records of this answer besides the generation's figures."""
+        return {"multi_line": self.mode.multi_line, "mode_reason": self.mode.reason}
 
 
 def postprocess(text: str, prompt: Prompt, mode: Mode, language_id: str,
@@ -156,7 +160,6 @@ class Rewrite:
     start: int | None = None  # the span ``text`` replaces, code points into the request's document text: the
     end: int | None = None  # region (None), widened to the lines around it the answer wrote again (rewrite_span)
     withheld: bool = False  # not shown (rewrite_guard: it undid the latest edit or dropped most of the region)
-    mode = None  # no completion mode (for the tracer)
 
     def __post_init__(self):
         self.start = self.prompt.region_start if self.start is None else self.start
@@ -172,13 +175,16 @@ class Rewrite:
         """The new region (what the tracer shows at verbose level)."""
         return self.text
 
+    def trace_fields(self) -> dict:
+        """What the tracer records of this answer besides the generation's figures (a rewrite has no mode)."""
+        return {}
+
 
 def _rewrite_prompt(backend: GenerationBackend, request: CompletionRequest, history) -> RewritePrompt | None:
     """The request's rewrite prompt in the format its settings and the backend's model choose."""
     settings = request.settings
     return build_rewrite_prompt(request.document, request.offset, history, backend.tokenizer, backend.capabilities,
-                                settings.next_edit_region_lines, settings.next_edit_prompt_format,
-                                backend.describe().target)
+                                settings.next_edit_region_lines, settings.next_edit_prompt_format)
 
 
 def rewrite(backend: GenerationBackend, request: CompletionRequest, history=(), seed: int | None = None) -> Rewrite | None:

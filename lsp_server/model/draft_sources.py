@@ -33,7 +33,7 @@ import functools
 from collections.abc import Callable
 
 from lsp_server.backends.base import GenerationBackend
-from lsp_server.completion.prompt import Prompt
+from lsp_server.backends.base import Prompt
 from lsp_server.completion.anchor import AnchorBook
 from lsp_server.workspace.documents import Document
 from lsp_server.completion.prompt_tokens import PromptEncoder, SourceKey

@@ -8,10 +8,10 @@ rewrites the region with the recent edits carried through it, and the region is 
 (``draft_ids``: its tokens, then the end marker's), with the latest edit carried through it where it is
 recognised (:func:`predicted_region`).
 
-The format (:mod:`lsp_server.next_edit.formats`) is the ``nextEditPromptFormat`` setting; ``auto`` picks the
-one measured best for the model (:data:`DEFAULT_FORMATS`, by ``speclsp bench edits`` on its development
-set), else ``chat`` for a model with a chat template and ``plain`` for a code model with
-fill-in-the-middle tokens; any other model: :class:`NextEditUnsupported`.
+The format (:mod:`lsp_server.next_edit.formats`) is the ``nextEditPromptFormat`` setting; ``auto`` picks
+``chat`` for a model with a chat template and ``plain`` for a code model with fill-in-the-middle tokens;
+any other model: :class:`NextEditUnsupported`. (``speclsp bench edits`` compares the formats on its
+development set: docs/next-edit.md.)
 
 The model sees ``\\n`` line breaks; offsets are code points into the document's own text.
 """
@@ -20,23 +20,18 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass
 
 from decoding.weights.capabilities import ModelCapabilities
-from lsp_server.next_edit.edit_summary import edit_summary, latest_edit, renamed_word
-from lsp_server.next_edit.formats import CHAT_END_MARKER, CHAT_FORMATS, FORMATS, RewriteParts, render, split_diff
+from lsp_server.backends.base import RewritePrompt
+from lsp_server.next_edit.edit_summary import edit_summary, latest_edit
+from lsp_server.next_edit.formats import CHAT_FORMATS, FORMATS, RewriteParts, render, split_diff
 from lsp_server.workspace.syntax import enclosing_definitions
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.positions import to_model_text
 
-__all__ = ["CHAT_END_MARKER", "DEFAULT_FORMATS", "NextEditUnsupported", "RewritePrompt", "build_rewrite_prompt",
-           "choose_format", "line_comment", "predicted_region", "region_lines_around", "renamed_word"]
-
 CONTEXT_BEFORE_CHARS = 1500  # file text shown before the region, at most (model text, whole lines); its prefill
 # is most of a suggestion's time on a CPU
 CONTEXT_AFTER_CHARS = 500  # and after it
-#: The format ``auto`` picks per model name (a prefix of the target's name), measured on the development set.
-DEFAULT_FORMATS: dict[str, str] = {}
 _HASH_COMMENT = frozenset({"python", "ruby", "shellscript", "perl", "r", "yaml", "toml", "makefile", "dockerfile",
                            "coffeescript", "elixir", "julia", "nim", "powershell"})
 _DASH_COMMENT = frozenset({"lua", "sql", "haskell", "elm"})
@@ -45,22 +40,6 @@ _DASH_COMMENT = frozenset({"lua", "sql", "haskell", "elm"})
 class NextEditUnsupported(Exception):
     """The loaded model cannot write next-edit suggestions (no chat template, not a code model), or
     not in the format asked for."""
-
-
-@dataclass(frozen=True)
-class RewritePrompt:
-    """A rewrite prompt and its region."""
-
-    prompt_ids: list[int]
-    draft_ids: list[int]  # the region's tokens, then the end marker's
-    region_start: int  # code points into the document text: the start of the region's first line
-    region_end: int  # the end of its last line, before the line break
-    region_text: str  # the document text of the region (its own line endings)
-    end_marker: str  # what the model writes after the region; a stop string ("" where a stop token ends it)
-    chat: bool  # a chat-template format
-    prompt_format: str = "chat"  # one of lsp_server.next_edit.formats.FORMATS
-    trailing_break: bool = False  # the answer ends with a line break of the format's, not the region's
-    latest_diff: str = ""  # the user's latest edit as a unified diff (model text; "" when none)
 
 
 def line_comment(language_id: str) -> str:
@@ -153,7 +132,7 @@ def predicted_region(region: str, diffs) -> str:
     return _pass_argument(region, edit.callee, edit.new)
 
 
-def choose_format(setting: str, capabilities: ModelCapabilities, model_name: str = "") -> str:
+def choose_format(setting: str, capabilities: ModelCapabilities) -> str:
     """The prompt format for the ``nextEditPromptFormat`` setting and the loaded model.
 
     Raises:
@@ -165,10 +144,7 @@ def choose_format(setting: str, capabilities: ModelCapabilities, model_name: str
                                   "qwen2.5-coder-1.5b) or a code model with fill-in-the-middle tokens; the loaded "
                                   "model has neither")
     if setting == "auto":
-        measured = [f for prefix, f in DEFAULT_FORMATS.items() if model_name.startswith(prefix)]
-        setting = measured[0] if measured else "chat" if capabilities.chat_template else "plain"
-        if setting in CHAT_FORMATS and not capabilities.chat_template:
-            setting = "plain"
+        setting = "chat" if capabilities.chat_template else "plain"
     if setting not in FORMATS:
         raise NextEditUnsupported(f"unknown next-edit prompt format {setting!r}; use auto, {', '.join(FORMATS)}")
     if setting in CHAT_FORMATS and not capabilities.chat_template:
@@ -178,8 +154,7 @@ def choose_format(setting: str, capabilities: ModelCapabilities, model_name: str
 
 
 def build_rewrite_prompt(document: Document, cursor_offset: int, history, tokenizer,
-                         capabilities: ModelCapabilities, region_lines: int, prompt_format: str = "auto",
-                         model_name: str = "") -> RewritePrompt | None:
+                         capabilities: ModelCapabilities, region_lines: int, prompt_format: str = "auto") -> RewritePrompt | None:
     """The rewrite prompt for a cursor; ``None`` when the region is blank (nothing to rewrite).
 
     Args:
@@ -190,11 +165,10 @@ def build_rewrite_prompt(document: Document, cursor_offset: int, history, tokeni
         capabilities: the loaded model's (:mod:`decoding.weights.capabilities`).
         region_lines: the most lines the region spans.
         prompt_format: ``auto`` or one of :data:`lsp_server.next_edit.formats.FORMATS` (:func:`choose_format`).
-        model_name: the target's name, for ``auto``.
     Raises:
         NextEditUnsupported: as :func:`choose_format`, or ``sweep`` for a tokenizer without its tokens.
     """
-    chosen = choose_format(prompt_format, capabilities, model_name)
+    chosen = choose_format(prompt_format, capabilities)
     name = document.uri.rsplit("/", 1)[-1]
     diffs = history.diffs(name) if hasattr(history, "diffs") else list(history)
     first, last = region_lines_around(document, cursor_offset, region_lines)

@@ -21,9 +21,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import StrEnum
+from types import SimpleNamespace
 
 import attrs
 from lsprotocol import types
+
+#: A message the protocol already answered while structuring it (a request whose params do not fit):
+#: the transport's loop hands it to nobody.
+ANSWERED = SimpleNamespace(jsonrpc="answered")
 
 MsgId = int | str
 

@@ -25,14 +25,13 @@ import signal
 import sys
 import threading
 from functools import partial
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, BinaryIO
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.io_ import StdoutWriter
 
-from lsp_server.protocol.envelope import Lifecycle, Phase, Rejection, check_message, parse_body
+from lsp_server.protocol.envelope import ANSWERED, Lifecycle, Phase, Rejection, check_message, parse_body
 from lsp_server.protocol.framing import Frame, FrameReader, FramingProblem
 from lsp_server.protocol.parent_watch import watch_parent
 
@@ -44,9 +43,6 @@ log = logging.getLogger(__name__)
 #: Seconds an ending process waits for the event loop before it exits anyway (a write blocked on a
 #: client that no longer reads, say).
 EXIT_GRACE_S = 5.0
-#: A message the protocol already answered while structuring it (a request whose params do not fit):
-#: the loop hands it to nobody.
-ANSWERED = SimpleNamespace(jsonrpc="answered")
 _MAX_READ_FAILURES = 100  # reading failures in a row that end the process (a stream that cannot be read)
 
 

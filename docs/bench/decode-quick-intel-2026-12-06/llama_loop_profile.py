@@ -1,7 +1,8 @@
 import sys, time, cProfile, pstats
 sys.path.insert(0, '.')  # run from the repository root
-from decoding.engine import Engine, EngineConfig
-from decoding.generate import GenerationConfig
+from decoding.engine import Engine
+from decoding.types import EngineConfig
+from decoding.types import GenerationConfig
 from bench.workloads import workloads
 engine = Engine.load(EngineConfig(model='qwen2.5-coder-1.5b', draft_model='none', engine='llama.cpp'))
 prompt, n = workloads(engine.tokenizer, True, 0, '2026', ('edit',))['edit'][0]

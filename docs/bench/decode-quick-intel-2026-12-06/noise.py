@@ -2,7 +2,8 @@ import sys, torch
 sys.path.insert(0, '.')  # run from the repository root
 import decoding.weights.llama_cpp_model as lm
 lm.BATCH_TOKENS = int(sys.argv[1])
-from decoding.engine import Engine, EngineConfig
+from decoding.engine import Engine
+from decoding.types import EngineConfig
 from bench.workloads import workloads
 from bench.decode import run_ours
 from bench.noise import replay_logits

@@ -13,7 +13,8 @@ import torch
 from bench import llama_cpp
 from bench.decode import run_ours
 from bench.workloads import workloads
-from decoding.engine import Engine, EngineConfig
+from decoding.engine import Engine
+from decoding.types import EngineConfig
 
 ORDER = sys.argv[1] if len(sys.argv) > 1 else "server-first"
 engine = Engine.load(EngineConfig(model="qwen2.5-coder-1.5b", draft_model="none", engine="llama.cpp"))
