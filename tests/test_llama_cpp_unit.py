@@ -259,6 +259,26 @@ def test_the_binding_is_compiled_without_native_tuning_and_only_when_missing(mon
     assert str(llama_cpp_build.build_dir() / "bin") in done
 
 
+def test_the_build_names_only_the_instruction_sets_this_cpu_lists(tmp_path):
+    avx2_only = frozenset({"avx", "avx2", "fma", "f16c"})  # the AMD EPYC VM that shows AVX2 only
+    zen4 = avx2_only | {"avx512f", "avx512_vnni", "avx512_bf16"}
+    ice_lake = avx2_only | {"avx512f", "avx512_vnni"}
+    assert llama_cpp_build.isa_cmake_flags(avx2_only) == (
+        "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VNNI=OFF",
+        "-DGGML_AVX512_BF16=OFF")
+    assert "-DGGML_AVX512_BF16=ON" in llama_cpp_build.isa_cmake_flags(zen4)
+    assert "-DGGML_AVX512_BF16=OFF" in llama_cpp_build.isa_cmake_flags(ice_lake)
+    assert "-DGGML_AVX512_VNNI=ON" in llama_cpp_build.isa_cmake_flags(ice_lake)
+    # the flags come from /proc/cpuinfo's first "flags" line
+    from decoding.weights.cpu_flags import cpu_flags
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 fma\n\nprocessor\t: 1\nflags\t\t: fpu avx512f\n")
+    assert cpu_flags(str(info)) == {"fpu", "avx2", "fma"}
+    assert cpu_flags(str(tmp_path / "missing")) == frozenset()
+    # what this machine builds is what it lists, and the stamp carries it (a build for another CPU is rebuilt)
+    assert set(llama_cpp_build.isa_cmake_flags(cpu_flags())) <= set(llama_cpp_build.expected_stamp()["cmake_flags"])
+
+
 def test_a_peer_build_of_another_version_or_without_libllama_does_not_stand_in_for_the_binding():
     directory = llama_cpp_build.build_dir()
     assert llama_cpp_build.peer_library_for_binding() is None  # not built

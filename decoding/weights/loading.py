@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from decoding.weights.cpu_flags import cpu_flags
 from decoding.weights.capabilities import ModelCapabilities, read_capabilities
 from decoding.errors import ModelLoadError
 from decoding.generate import end_of_sequence_ids
@@ -55,16 +56,9 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bfloat16 matrix products in hardware (x86 ``avx512_bf16`` or
-    ``amx_bf16``, read from ``/proc/cpuinfo``; ``False`` where that file is missing). Without them
-    bfloat16 is emulated and slower than float32."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
-            for line in info:
-                if line.startswith("flags"):
-                    return bool(set(line.split(":", 1)[1].split()) & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        pass
-    return False
+    ``amx_bf16``, :func:`decoding.weights.cpu_flags.cpu_flags`; ``False`` where they cannot be read).
+    Without them bfloat16 is emulated and slower than float32."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:

@@ -1,0 +1,20 @@
+"""The instruction sets of the CPU this process runs on, read from ``/proc/cpuinfo`` (Linux, x86).
+
+Detected, never assumed: the machines this project runs on differ (an Intel Xeon with AMX, an Intel
+Ice Lake with AVX-512 but no bfloat16, an AMD EPYC whose VM shows AVX2 only), and a kernel built for
+instructions the CPU lacks dies with SIGILL.
+"""
+
+from __future__ import annotations
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The ``flags`` of the first processor in ``path`` (e.g. ``avx2``, ``avx512f``, ``avx512_bf16``,
+    ``amx_bf16``); empty where the file is missing or names none (another OS, another architecture)."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
