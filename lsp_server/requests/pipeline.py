@@ -17,7 +17,8 @@ A request goes through, in order:
   (:class:`lsp_server.backends.base.BackendError`) answers the request with nothing and is shown to the
   user once per kind of failure (``window/showMessage``), not per keystroke; its recovery is logged once.
 
-Document events (open, change, close, a file changed on disk) go to the session through here as well.
+Document events (open, close, a file changed on disk) go to the session through here as well; work ahead
+of requests is ordered and guarded by the pipeline's scheduler (:mod:`lsp_server.requests.work_ahead`).
 Log lines name documents by their short name (:mod:`lsp_server.workspace.names`), never by URI.
 """
 
@@ -40,6 +41,7 @@ from lsp_server.workspace.file_rules import uri_looks_secret
 from lsp_server.workspace.positions import PositionError, codec_for
 from lsp_server.request import CompletionRequest, resolve_request
 from lsp_server.requests.span import RequestSpan, after_answer
+from lsp_server.requests.work_ahead import WorkAhead
 from lsp_server.model.session import ModelSession
 from lsp_server.settings import Settings
 from lsp_server.tracing import RpcClock, Tracer
@@ -90,6 +92,7 @@ class RequestPipeline:
         self._sync_explained: dict[str, str] = {}  # uri -> the out-of-sync problem last explained in the log
         self._secret_logged: set[str] = set()  # secret-looking documents already reported
         self._backend_failures: set[str] = set()  # kinds of remote failure shown since the last success
+        self.work_ahead = WorkAhead(self)  # the one scheduler of work ahead of requests
 
     # The way in
     def begin(self, method: str, uri: str, position: types.Position,
@@ -189,7 +192,9 @@ class RequestPipeline:
             del self._inflight[key]
 
     def cancel_document(self, uri: str, method: str | None = None) -> None:
-        """Stop the generations in flight for ``uri`` (one method, or all) at their next verify round."""
+        """Stop the generations in flight for ``uri`` (one method, or all) at their next verify round, and
+        drop its work ahead not started yet (:meth:`~lsp_server.requests.work_ahead.WorkAhead.drop_pending`)."""
+        self.work_ahead.drop_pending(uri, method)
         for key in [k for k in self._inflight if k[0] == uri and (method is None or k[1] == method)]:
             self._inflight.pop(key).cancelled.set()
 
@@ -234,12 +239,8 @@ class RequestPipeline:
 
     # Document events
     def document_opened(self, document: Document) -> None:
-        self.in_background(ModelSession.document_opened, document)
-
-    def document_changed(self, document: Document) -> None:
-        """After a change (its generations already stopped, :meth:`cancel_document`): let the session
-        work ahead of the next request (:meth:`~lsp_server.model.session.ModelSession.document_changed`)."""
-        self.in_background(ModelSession.document_changed, document)
+        """Tokenise it ahead of its first request, when work ahead may (:meth:`WorkAhead.opened`)."""
+        self.work_ahead.opened(document)
 
     def document_closed(self, uri: str) -> None:
         """Stop its generations and forget what is kept for it here, in the services and in the session."""
