@@ -1,15 +1,15 @@
 """Completions started at the key, before the editor asks for them.
 
 An editor asks for an inline completion a debounce after the last key (each editor has its own delay),
-but the server has the text at the key itself, and after a change that inserts or
-deletes at one place the cursor is almost always at the change's end. So, in a document whose editor
-has asked for automatic inline completions within ``ASKED_WITHIN_S``, the completion for that cursor
-starts on the model thread at the change (:meth:`AheadCompletions.start`). The request that follows for
-the same document version, cursor and settings takes it (:meth:`AheadCompletions.take`): it waits for
-the running generation, or finds it answered, instead of starting again. A request for anything else
-cancels it, and so does the next change (it is in the pipeline's in-flight table under ``AHEAD``). Where
-it stands among the other work ahead, and the guard it passes, is the scheduler's
-(:mod:`lsp_server.requests.work_ahead`: the request itself, only earlier, so it does not give way).
+but the server has the text at the key itself, and after a change that inserts or deletes at one place
+the cursor is almost always at the change's end. So, in a document whose editor has asked for automatic
+inline completions within ``ASKED_WITHIN_S``, the completion for that cursor starts on the model thread
+at the change (:meth:`AheadCompletions.start`). The request that follows for the same document version,
+cursor and settings takes it (:meth:`AheadCompletions.take`): it waits for the running generation, or
+finds it answered, instead of starting again. A request for anything else cancels it, and so does the
+next change (it is in the pipeline's in-flight table under ``AHEAD``). Its place among the other work
+ahead, and the guard it passes, are the scheduler's (:mod:`lsp_server.requests.work_ahead`: it is the
+request itself, only earlier, so it does not give way).
 
 It is the completion the request would compute itself (the same snapshot, cursor, settings and
 context), so exactness is the request's. What it can waste is work for a cursor the editor never asks

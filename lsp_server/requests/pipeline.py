@@ -9,7 +9,7 @@ A request goes through, in order:
 * :meth:`RequestPipeline.refused`: a document whose file looks secret (``.env``, keys...;
   :func:`lsp_server.workspace.file_rules.uri_looks_secret`) gets nothing without a model call, and one log line
   per document says why (never its text); so does a document out of sync with the editor (once per
-  out-of-sync state);
+  out-of-sync state). Both are :meth:`RequestPipeline.refusal`, the one check that work ahead passes too;
 * :meth:`RequestPipeline.ready`: before the models are ready, the answer is empty, not an error;
 * :meth:`RequestPipeline.run`: a model session operation on the model thread. A newer request for the
   same document and method cancels the one in flight, which stops within one verify round (the session
@@ -47,6 +47,8 @@ from lsp_server.settings import Settings
 from lsp_server.tracing import RpcClock, Tracer
 from lsp_server.model.worker import READY, Job, ModelWorker
 from lsp_server.workspace.names import file_name
+
+SECRET, OUT_OF_SYNC = "secret", "out of sync"  # why a document gets no model work (RequestPipeline.refusal)
 
 
 @dataclass(frozen=True)
@@ -115,10 +117,20 @@ class RequestPipeline:
         return request, RequestSpan(self.tracer, request.request_id, method, uri, position, msg_id, clock, self.on_done,
                                     started)
 
+    @staticmethod
+    def refusal(document: Document) -> str | None:
+        """Why ``document`` (a snapshot) gets no model work at all, neither requests nor work ahead
+        (:mod:`lsp_server.requests.work_ahead`): :data:`SECRET` (its file looks secret) or
+        :data:`OUT_OF_SYNC`; ``None`` when it may. The one check of both on the request side."""
+        if uri_looks_secret(document.uri):
+            return SECRET
+        return None if document.in_sync else OUT_OF_SYNC
+
     def refused(self, request: CompletionRequest, span: RequestSpan, what: str) -> bool:
         """Whether the document gets no ``what`` (``completions``, ``suggestion``) for its file or its sync
-        state; logs why."""
-        if uri_looks_secret(request.uri):
+        state (:meth:`refusal`); logs why."""
+        refusal = self.refusal(request.document)
+        if refusal == SECRET:
             if request.uri not in self._secret_logged:
                 self._secret_logged.add(request.uri)
                 self.tracer.message(f"[speclsp] {self.names(request.uri)} looks like a secret file (.env, keys, "
@@ -127,7 +139,7 @@ class RequestPipeline:
             span.log(f"no {what}: secret-looking file")
             return True
         document = request.document
-        if not document.in_sync:  # before any cache: its text may be stale too
+        if refusal == OUT_OF_SYNC:  # before any cache: its text may be stale too
             if self._sync_explained.get(document.uri) != document.sync_problem:
                 self._sync_explained[document.uri] = document.sync_problem
                 self.tracer.message(f"[speclsp] no completions for {self.names(document.uri)}: it is out of sync "

@@ -37,11 +37,12 @@ Document events (open, close, a file changed on disk) are bookkeeping, queued in
 (:meth:`lsp_server.requests.pipeline.RequestPipeline.in_background`); a document's tokens on opening
 pass the guard (:meth:`WorkAhead.opened`).
 
-The guard (:meth:`WorkAhead.may_start`), the only one of work ahead: the document is open, still the
-snapshot the work was planned for and in sync with the editor; its file does not look secret (never
-read, never tokenised: :func:`lsp_server.workspace.file_rules.uri_looks_secret`); the models are ready;
-and, for work that gives way, nothing waits on the model thread (it would give way at once). The session
-operations of work ahead trust it and check nothing of it again.
+The guard (:meth:`WorkAhead.may_start`), the only one of work ahead: the document is open and still the
+snapshot the work was planned for; the request side's one check lets it (in sync with the editor, its
+file not secret-looking: never read, never tokenised;
+:meth:`lsp_server.requests.pipeline.RequestPipeline.refusal`, which requests pass too); the models are
+ready; and, for work that gives way, nothing waits on the model thread (it would give way at once). The
+session operations of work ahead trust it and check nothing of it again.
 
 Waiting happens here, on the event loop (``loop.call_later``), never on the model thread. Each job
 computes what a request would (the same prompt) or fills a cache, so answers stay the requests'; what
@@ -61,7 +62,6 @@ from lsp_server.model.worker import READY, Job
 from lsp_server.request import CompletionRequest, Yielding
 from lsp_server.requests.span import after_answer
 from lsp_server.workspace.documents import Document
-from lsp_server.workspace.file_rules import uri_looks_secret
 from lsp_server.workspace.repo_index import RepoIndex
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class WorkAhead:
         work that gives way to anything queued (it may not start while something waits)."""
         worker, current = self.pipeline.worker, self.pipeline.store.get(document.uri)
         return (current is not None and current.version == document.version and current.text == document.text
-                and current.in_sync and not uri_looks_secret(document.uri) and worker.state == READY
+                and self.pipeline.refusal(current) is None and worker.state == READY
                 and not (gives_way and worker.has_waiting()))
 
     # Starting
