@@ -5,7 +5,6 @@
   gives; handed to :class:`lsp_server.model.worker.ModelWorker` as its session factory.
 * :class:`FakeBackend`: a backend that generates nothing, keeps no sources (as a remote one) and has
   the starter tokenizer: enough for a real :class:`~lsp_server.model.session.ModelSession` to run its events.
-* :class:`RecordingSession`: the real session, recording what reaches its ``prefill``.
 * :class:`CapturedWriter`: a pygls writer that keeps every message the server writes.
 * :func:`services`: the pipeline and both services over a store and a worker, wired as the server wires them.
 """
@@ -20,7 +19,6 @@ from lsp_server.backends.base import LoadedModels
 from lsp_server.requests.completion_service import CompletionService
 from lsp_server.requests.next_edit_service import NextEditService
 from lsp_server.requests.pipeline import RequestPipeline
-from lsp_server.model.session import ModelSession
 from lsp_server.settings import Settings
 from lsp_server.tracing import Tracer
 
@@ -64,18 +62,6 @@ class FakeBackend:
         return 0
 
 
-class RecordingSession(ModelSession):
-    """The real model session; :attr:`prefilled` holds each document its ``prefill`` was called with."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.prefilled: list = []
-
-    def prefill(self, document) -> int:
-        self.prefilled.append(document)
-        return super().prefill(document)
-
-
 class FakeSession:
     """Records ``(operation, args)`` in :attr:`calls` (on the model thread) and answers from ``on_complete``
     / ``on_rewrite`` (``request -> result``; default ``None``, as a superseded request).
@@ -113,10 +99,6 @@ class FakeSession:
         self._record("rewrite", request, history)
         return self.on_rewrite(request) if self.on_rewrite is not None else None
 
-    def prefill(self, document) -> int:
-        self._record("prefill", document)
-        return 0
-
     def prepare_ahead(self, request, other_documents=(), repo=None, should_stop=None) -> int:
         self._record("prepare_ahead", request)
         return 0
@@ -127,10 +109,6 @@ class FakeSession:
 
     def document_opened(self, document) -> None:
         self._record("document_opened", document)
-
-    def document_changed(self, document) -> int:
-        self._record("document_changed", document)
-        return 0
 
     def document_closed(self, uri) -> None:
         self._record("document_closed", uri)

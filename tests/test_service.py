@@ -23,6 +23,7 @@ from lsp_server.tracing import Tracer
 from lsp_server.workspace.documents import DocumentStore
 from lsp_server.workspace.positions import codec_for
 from lsp_server.model.worker import ERROR, READY, ModelWorker
+from lsp_server.requests.work_ahead import NEXT_LINE_IDLE_S
 from tests.fake_session import FakeSession, services
 
 STARTER = Settings(model="starter", draft_model="starter-draft")
@@ -88,6 +89,8 @@ async def test_an_answer_is_remembered_and_typing_through_it_asks_the_session_no
     _, completions, _ = services(store := _opened(), worker, Tracer(sent.append))
     answer = await completions.complete("inlineCompletion", URI, types.Position(line=4, character=4))
     assert answer.insert_text == "return a - b" and answer.completion is not None
+    await _settled(worker)
+    await asyncio.sleep(2 * NEXT_LINE_IDLE_S)  # a pause
     await _settled(worker)
     # After the answer, on the model thread: the warm-up, and the work ahead of the next request
     assert session.names()[-3:] == ["complete", "warm_up", "prepare_ahead"]
@@ -194,11 +197,10 @@ async def test_document_events_reach_the_session_on_the_model_thread_in_order():
     store = _opened()
     pipeline, _, _ = services(store, worker)
     pipeline.document_opened(store.get(URI))
-    pipeline.document_changed(store.get(URI))
     pipeline.file_changed("file:///work/pkg/b.py")
     pipeline.document_closed(URI)
     await _settled(worker)
-    assert session.names()[1:] == ["document_opened", "document_changed", "file_changed", "document_closed"]
+    assert session.names()[1:] == ["document_opened", "file_changed", "document_closed"]
     assert session.threads == {worker._thread.ident}
     worker.shutdown()
 
@@ -212,8 +214,8 @@ def test_the_worker_runs_session_operations_only():
         worker.run(ModelSession._distinct_backends)
     with pytest.raises(ValueError, match="not an operation of ModelSession"):
         worker.run(ModelSession.claim_thread)  # not for the event loop: only the loading job claims
-    assert worker.run(ModelSession.prefill, None).result(timeout=10) == 0
-    assert worker._session.names()[-1] == "prefill"
+    assert worker.run(ModelSession.warm_up).result(timeout=10) is None
+    assert worker._session.names()[-1] == "warm_up"
     worker.shutdown()
 
 

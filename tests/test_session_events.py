@@ -1,6 +1,7 @@
 """The server in process, on the real model session over a backend that generates nothing: document
-notifications reach the session on the model thread (a didChange reaches its ``prefill``), and log
-messages name documents by their short, workspace-relative names, never by absolute path (issue 30)."""
+notifications reach the session on the model thread (an opened document is tokenised there, a secret
+one never), and log messages name documents by their short, workspace-relative names, never by absolute
+path (issue 30)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from lsp_server.completion.prompt_tokens import SourceKey
 from lsp_server.features import create_server
 from lsp_server.model.session import ModelSession
 from lsp_server.workspace.names import DisplayNames, short_name
-from tests.fake_session import CapturedWriter, FakeBackend, RecordingSession
+from tests.fake_session import CapturedWriter, FakeBackend
 
 pytestmark = pytest.mark.unit
 
@@ -29,7 +30,7 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture()
 async def server(workspace: Path):
-    server = create_server(loader=lambda config, on_stage: FakeBackend(), session_factory=RecordingSession)
+    server = create_server(loader=lambda config, on_stage: FakeBackend(), session_factory=ModelSession)
     server.protocol.set_writer(CapturedWriter())
     _send(server, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                    "params": {"processId": None, "rootUri": workspace.as_uri(), "capabilities": {}}})
@@ -53,13 +54,13 @@ def _open(server, uri: str, text: str) -> None:
             {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}})
 
 
-def _session(server) -> RecordingSession:
+def _session(server) -> ModelSession:
     """The session, once the model thread has run everything queued before this call."""
     server.worker.run(ModelSession.describe).result(timeout=10)
     return server.worker._session
 
 
-async def test_a_did_change_reaches_the_sessions_prefill_with_the_changed_document(server, workspace):
+async def test_an_opened_document_is_tokenised_on_the_model_thread_and_a_secret_one_never(server, workspace):
     uri = (workspace / "pkg" / "app.py").as_uri()
     _open(server, uri, "x = 1\n")
     _notify(server, "textDocument/didChange", {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [
@@ -68,10 +69,9 @@ async def test_a_did_change_reaches_the_sessions_prefill_with_the_changed_docume
     _open(server, secret, "KEY=1\n")
     _notify(server, "textDocument/didChange", {"textDocument": {"uri": secret, "version": 2},
                                                "contentChanges": [{"text": "KEY=2\n"}]})
-    _notify(server, "textDocument/didClose", {"textDocument": {"uri": uri}})
     session = _session(server)
-    (document,) = session.prefilled  # the secret file's change: no prefill
-    assert document.uri == uri and document.text == "x = 1\ny = 2\n" and document.version == 2
+    encoder = session.sources.encoder(session.backends["completion"])
+    assert encoder.holds(SourceKey(uri)) and not encoder.holds(SourceKey(secret))
 
 
 async def test_log_messages_name_documents_by_workspace_relative_path(server, workspace):
@@ -119,18 +119,6 @@ def test_short_names_of_other_schemes_and_source_keys():
     assert f"ngram:{key}" == "ngram:pkg/app.py#above"  # how a drafter names its source in the stats
     assert key == SourceKey("file:///w/proj/pkg/app.py", "above")  # the label is not part of the key
     assert str(SourceKey("file:///w/proj/pkg/app.py")) == "app.py"  # unlabelled: the file's name, never the URI
-
-
-def test_the_real_session_prefills_after_a_change_of_an_in_sync_document_only():
-    from lsp_server.workspace.documents import Document
-
-    session = RecordingSession(FakeBackend())
-    fine = Document("file:///w/a.py", "x = 1\n", 2, "python")
-    out_of_sync = Document("file:///w/b.py", "x = 1\n", 2, "python", in_sync=False, sync_problem="lost")
-    assert session.document_changed(fine) == 0 and session.prefilled == [fine]
-    session.document_changed(out_of_sync)
-    session.document_changed(Document("file:///w/.env", "KEY=1\n", 2, "dotenv"))
-    assert session.prefilled == [fine]
 
 
 def test_a_directory_under_home_is_shown_from_home():

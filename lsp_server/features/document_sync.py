@@ -31,7 +31,7 @@ def register(server: SpeclspServer) -> None:
             lost_change(ls, params)
             return
         uri = params.text_document.uri
-        ls.pipeline.cancel_document(uri)  # the text the generation started from is gone
+        ls.pipeline.cancel_document(uri)  # the text the generations and work ahead started from is gone
         before, applied = ls.store.get(uri), []
         try:
             after = ls.store.change(params, codec_for(ls.pipeline.position_encoding), applied)
@@ -41,7 +41,6 @@ def register(server: SpeclspServer) -> None:
             return
         if before is not None and before.in_sync and after.in_sync:  # the user's recent edits, for next edits
             ls.next_edits.history.record(before, after, applied)
-        ls.pipeline.document_changed(after)  # the session works ahead of the next request
         one = len(applied) == 1 and isinstance(params.content_changes[0], types.TextDocumentContentChangePartial)
         cursor = applied[0][0] + len(applied[0][2]) if one else None  # the cursor after it
         ls.completions.changed(after, cursor)

@@ -5,11 +5,12 @@ client; one per role, so that a next-edit model can sit beside the completion mo
 and prompt tokens kept between requests (:class:`lsp_server.model.draft_sources.DraftSources`), and offers:
 
 * requests: :meth:`ModelSession.complete` and :meth:`ModelSession.rewrite` (a next-edit suggestion);
-* events: :meth:`~ModelSession.document_opened` / ``changed`` / ``closed``, :meth:`~ModelSession.file_changed`
+* events: :meth:`~ModelSession.document_opened` / ``closed``, :meth:`~ModelSession.file_changed`
   (the index watcher), :meth:`~ModelSession.warm_up` (after an answer);
-* work ahead of a request: :meth:`~ModelSession.prefill` (after a change),
-  :meth:`~ModelSession.prepare_ahead` (idle after an answer: the next line, a new anchor) and
-  :meth:`~ModelSession.prefill_rewrite` (an edit burst ended: the next-edit prompt).
+* work ahead of a request: :meth:`~ModelSession.prepare_ahead` (the model thread idle after an answer:
+  the next line, a new anchor) and :meth:`~ModelSession.prefill_rewrite` (an edit burst ended: the
+  next-edit prompt). When these run, and whether they may (the document in sync, its file not secret),
+  is decided on the request side, by :mod:`lsp_server.requests.work_ahead`, and only there.
 
 Only the model worker (:mod:`lsp_server.model.worker`) calls these, on its thread, in order: the server's
 services submit operations (``worker.run(ModelSession.complete, ...)``), never closures, and nothing
@@ -26,16 +27,14 @@ from lsp_server.backends.base import ROLE_COMPLETION, ROLE_NEXT_EDIT, ROLES, Gen
 from lsp_server.model.completer import Completion, Rewrite, complete, prefill_rewrite, prepare_prompt, rewrite
 from lsp_server.workspace.documents import Document
 from lsp_server.model.draft_sources import DraftSources
-from lsp_server.workspace.file_rules import uri_looks_secret
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.completion.related_files import context_documents
 from lsp_server.next_edit.prompt import NextEditUnsupported
 from lsp_server.request import CompletionRequest, Yielding, after_enter
 from lsp_server.workspace.syntax import parser_for
 
-NEXT_LINE_IDLE_S = 0.25  # the model thread idle this long after an answer at a line's end: prepare the next line
 #: What the worker may run (:meth:`lsp_server.model.worker.ModelWorker.run`); nothing hands a backend out.
-OPERATIONS = frozenset({"complete", "rewrite", "prefill", "prefill_rewrite", "prepare_ahead", "document_opened", "document_changed", "document_closed",
+OPERATIONS = frozenset({"complete", "rewrite", "prefill_rewrite", "prepare_ahead", "document_opened", "document_closed",
                         "file_changed", "warm_up", "describe"})
 
 
@@ -111,34 +110,22 @@ class ModelSession:
                         should_stop: Callable[[], bool] | None = None) -> int:
         """When an edit burst has ended (:mod:`lsp_server.requests.rewrite_ahead`): compute the next-edit rewrite
         prompt of the request's cursor into the next-edit backend's cache, in pieces that stop once
-        ``should_stop`` (or the request's cancellation) is set; returns the prompt tokens computed (0 for
-        a model that cannot write rewrites, a blank region, or a stop before the first piece)."""
+        ``should_stop`` (default: the request's cancellation) is set; returns the prompt tokens computed (0
+        for a model that cannot write rewrites, a blank region, or a stop before the first piece)."""
         stop = should_stop or request.cancelled.is_set
-        if stop() or uri_looks_secret(request.uri):
+        if stop():
             return 0
         try:
             return prefill_rewrite(self.backends[ROLE_NEXT_EDIT], request, history, stop)
         except NextEditUnsupported:
             return 0
 
-    def prefill(self, document: Document) -> int:
-        """Compute the prompt the document's next request will start with, ahead of it; returns the
-        prompt tokens computed.
-
-        Today it computes nothing and returns 0. Where the editor asks for completions while typing, the
-        completion for the cursor a change leaves starts at the change instead (:mod:`lsp_server.requests.ahead`),
-        its prefill included, and the typed-tail layout (:mod:`lsp_server.completion.anchor`) keeps that prefill
-        to the typed tokens; a prefill here would serve editors that only ask explicitly, and it needs the
-        cursor, which a change gives and an opening does not. Called after every change of an open,
-        in-sync, non-secret document (:meth:`document_changed`).
-        """
-        return 0
-
     def prepare_ahead(self, request: CompletionRequest, other_documents: list[Document] = (),
                       repo: RepoIndex | None = None, should_stop: Callable[[], bool] | None = None) -> int:
-        """After an answer, once the model thread has been idle ``NEXT_LINE_IDLE_S``, work for the requests
-        likely next, in pieces that yield to any queued work (``should_stop``). Returns the prompt tokens
-        prefilled into the spare KV cache (0 when it yielded first or had nothing to do).
+        """After an answer, once the model thread has been idle a while (:mod:`lsp_server.requests.work_ahead`
+        decides when), work for the requests likely next, in pieces that stop once ``should_stop`` (default:
+        the request's cancellation; the scheduler's also reads as set while other work is queued). Returns
+        the prompt tokens prefilled into the spare KV cache (0 when it stopped first or had nothing to do).
 
         * At the end of a line: the line after Enter (:func:`lsp_server.request.after_enter`). Its prompt
           goes into the document's spare KV cache, beside the prompt in use, unless the typed-tail anchor
@@ -152,18 +139,13 @@ class ModelSession:
           ``promptTailLines``, the new anchor's prompt is there (:meth:`lsp_server.completion.anchor.
           AnchorBook.anchor_for` takes the spare anchor).
         """
-        stop = should_stop or (lambda: False)
-        if request.cancelled.is_set() or uri_looks_secret(request.uri):
+        stop = should_stop or request.cancelled.is_set
+        if stop() or request.cancelled.is_set():
             return 0
         max_lines = request.settings.prompt_tail_lines
         ahead = after_enter(request)
         if ahead is None and not self.sources.anchors.would_move(request, max_lines):
             return 0
-        waited = time.monotonic() + NEXT_LINE_IDLE_S
-        while time.monotonic() < waited:  # a pause, not a key between two others
-            if stop():
-                return 0
-            time.sleep(0.01)
         backend = self.backends[ROLE_COMPLETION]
         others = context_documents(other_documents)
         fed = 0
@@ -179,18 +161,10 @@ class ModelSession:
     # Events
     def document_opened(self, document: Document) -> None:
         """Tokenise a newly opened document ahead of its first request, and load its language's
-        tree-sitter grammar. A secret-looking document is left alone: it is never completed in."""
-        if uri_looks_secret(document.uri):
-            return
+        tree-sitter grammar. Only for a document the request side lets through (never a secret-looking one:
+        :meth:`lsp_server.requests.work_ahead.WorkAhead.opened`)."""
         self.sources.document_opened(self.backends[ROLE_COMPLETION], document)
         parser_for(document.language_id)  # loads the grammar on first use of a language
-
-    def document_changed(self, document: Document) -> int:
-        """An open document changed (its snapshot after the change): prefill ahead of its next request;
-        returns the prompt tokens computed."""
-        if uri_looks_secret(document.uri) or not document.in_sync:
-            return 0
-        return self.prefill(document)
 
     def document_closed(self, uri: str) -> None:
         """Forget a closed document's tokens, n-gram sources and KV caches in every backend."""

@@ -74,6 +74,7 @@ class ModelWorker:
         self.loaded: LoadedModels | None = None  # set with state READY
         self.state = IDLE
         self.error: str | None = None
+        self._idle_since: float | None = time.monotonic()  # its last job's end; None while it runs one
 
     def _run(self) -> None:
         while True:
@@ -83,11 +84,14 @@ class ModelWorker:
             future, fn, args, kwargs = job
             if not future.set_running_or_notify_cancel():
                 continue
+            self._idle_since = None
             future.started_at = time.perf_counter()
             try:
                 future.set_result(fn(*args, **kwargs))
             except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the future
                 future.set_exception(exc)
+            finally:
+                self._idle_since = time.monotonic()
 
     def _submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
         future = Job()
@@ -143,6 +147,14 @@ class ModelWorker:
     def has_waiting(self) -> bool:
         """Whether work is queued behind the job running now (a background job's cue to yield)."""
         return not self._jobs.empty()
+
+    def idle_for(self) -> float | None:
+        """Seconds since the model thread finished its last job (``time.monotonic()``), or ``None`` while it
+        runs one or work is queued (when work ahead may start: :mod:`lsp_server.requests.work_ahead`)."""
+        since = self._idle_since
+        if since is None or self.has_waiting():
+            return None
+        return time.monotonic() - since
 
     def shutdown(self) -> None:
         """Stop taking work; queued jobs are cancelled."""

@@ -1,13 +1,15 @@
 """Completions started at the key, before the editor asks for them.
 
-An editor asks for an inline completion a debounce after the last key (the Neovim plugin: 75 ms; VS
-Code: its own delay), but the server has the text at the key itself, and after a change that inserts or
-deletes at one place the cursor is almost always at the change's end. So, in a document whose editor
-has asked for automatic inline completions within ``ASKED_WITHIN_S``, the completion for that cursor
-starts on the model thread at the change (:meth:`AheadCompletions.start`). The request that follows for
-the same document version, cursor and settings takes it (:meth:`AheadCompletions.take`): it waits for
-the running generation, or finds it answered, instead of starting again. A request for anything else
-cancels it, and so does the next change (it is in the pipeline's in-flight table under ``AHEAD``).
+An editor asks for an inline completion a debounce after the last key (each editor has its own delay),
+but the server has the text at the key itself, and after a change that inserts or deletes at one place
+the cursor is almost always at the change's end. So, in a document whose editor has asked for automatic
+inline completions within ``ASKED_WITHIN_S``, the completion for that cursor starts on the model thread
+at the change (:meth:`AheadCompletions.start`). The request that follows for the same document version,
+cursor and settings takes it (:meth:`AheadCompletions.take`): it waits for the running generation, or
+finds it answered, instead of starting again. A request for anything else cancels it, and so does the
+next change (it is in the pipeline's in-flight table under ``AHEAD``). Its place among the other work
+ahead, and the guard it passes, are the scheduler's (:mod:`lsp_server.requests.work_ahead`: it is the
+request itself, only earlier, so it does not give way).
 
 It is the completion the request would compute itself (the same snapshot, cursor, settings and
 context), so exactness is the request's. What it can waste is work for a cursor the editor never asks
@@ -24,9 +26,8 @@ from lsp_server.completion.mode import suppresses_automatic
 from lsp_server.requests.pipeline import RequestPipeline
 from lsp_server.request import CompletionRequest, resolve_request
 from lsp_server.model.session import ModelSession
-from lsp_server.model.worker import READY, Job
+from lsp_server.model.worker import Job
 from lsp_server.workspace.documents import Document
-from lsp_server.workspace.file_rules import uri_looks_secret
 from lsp_server.workspace.positions import codec_for
 
 AHEAD = "ahead"  # the in-flight method name of a completion started at the key
@@ -64,20 +65,18 @@ class AheadCompletions:
         """Start the completion for ``cursor`` (code points into ``document.text``, just after a change)
         when it pays; returns whether it started."""
         self.forget(document.uri)
-        pipeline, settings = self.pipeline, self.pipeline.settings_ref()
+        settings, work_ahead = self.pipeline.settings_ref(), self.pipeline.work_ahead
         if (not settings.complete_ahead or time.monotonic() - self._asked.get(document.uri, -1e9) > ASKED_WITHIN_S
-                or not document.in_sync or uri_looks_secret(document.uri) or pipeline.worker.state != READY):
+                or not work_ahead.may_start(document, gives_way=False)):
             return False
         request = resolve_request(document, document.lines.position_at(cursor, CODE_POINTS), CODE_POINTS, settings,
                                   automatic=True, method=AHEAD)
         if suppresses_automatic(request.line_prefix, request.line_suffix) or self.answered_without_model(request):
             return False
-        try:
-            job = pipeline.worker.run(ModelSession.complete, request, others, repo)
-        except RuntimeError:  # unloaded meanwhile
+        started = work_ahead.start(request, ModelSession.complete, others, repo, gives_way=False)
+        if started is None:
             return False
-        pipeline.track(request)
-        self._started[document.uri] = Started(request, job)
+        self._started[document.uri] = Started(*started)
         return True
 
     def take(self, request: CompletionRequest) -> tuple[CompletionRequest, Job] | None:

@@ -111,14 +111,12 @@ class CompletionService:
             return None
         status = "superseded" if completion.generation.finish_reason == FinishReason.CANCELLED else "ok"
         span.done(status, completion, ran.queue_ms)
-        # On the model thread once the answer is written: tokenising a large part holds the GIL.
-        pipeline.in_background(ModelSession.warm_up, after_the_answer=True)
-        if status != "ok" or not completion.insert_text.strip():
+        answered = status == "ok" and completion.insert_text.strip()
+        # The warm-up, and (an answer with text) the next line if the user pauses here: the scheduler's
+        pipeline.work_ahead.answered(request if answered else None, self._others(uri), self.repo_ref())
+        if not answered:
             return None
         self.type_through.remember(uri, request.document.text, request.offset, completion.insert_text)
-        # The next line's prompt or a new anchor, if the user pauses here
-        pipeline.in_background(ModelSession.prepare_ahead, request, self._others(uri), self.repo_ref(),
-                               after_the_answer=True, should_stop=pipeline.worker.has_waiting)
         return pipeline.answer(request, completion.insert_text, completion.prompt.cursor_offset,
                                completion=completion)
 

@@ -9,7 +9,7 @@ A request goes through, in order:
 * :meth:`RequestPipeline.refused`: a document whose file looks secret (``.env``, keys...;
   :func:`lsp_server.workspace.file_rules.uri_looks_secret`) gets nothing without a model call, and one log line
   per document says why (never its text); so does a document out of sync with the editor (once per
-  out-of-sync state);
+  out-of-sync state). Both are :meth:`RequestPipeline.refusal`, the one check that work ahead passes too;
 * :meth:`RequestPipeline.ready`: before the models are ready, the answer is empty, not an error;
 * :meth:`RequestPipeline.run`: a model session operation on the model thread. A newer request for the
   same document and method cancels the one in flight, which stops within one verify round (the session
@@ -17,7 +17,8 @@ A request goes through, in order:
   (:class:`lsp_server.backends.base.BackendError`) answers the request with nothing and is shown to the
   user once per kind of failure (``window/showMessage``), not per keystroke; its recovery is logged once.
 
-Document events (open, change, close, a file changed on disk) go to the session through here as well.
+Document events (open, close, a file changed on disk) go to the session through here as well; work ahead
+of requests is ordered and guarded by the pipeline's scheduler (:mod:`lsp_server.requests.work_ahead`).
 Log lines name documents by their short name (:mod:`lsp_server.workspace.names`), never by URI.
 """
 
@@ -40,11 +41,14 @@ from lsp_server.workspace.file_rules import uri_looks_secret
 from lsp_server.workspace.positions import PositionError, codec_for
 from lsp_server.request import CompletionRequest, resolve_request
 from lsp_server.requests.span import RequestSpan, after_answer
+from lsp_server.requests.work_ahead import WorkAhead
 from lsp_server.model.session import ModelSession
 from lsp_server.settings import Settings
 from lsp_server.tracing import RpcClock, Tracer
 from lsp_server.model.worker import READY, Job, ModelWorker
 from lsp_server.workspace.names import file_name
+
+SECRET, OUT_OF_SYNC = "secret", "out of sync"  # why a document gets no model work (RequestPipeline.refusal)
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class RequestPipeline:
         self._sync_explained: dict[str, str] = {}  # uri -> the out-of-sync problem last explained in the log
         self._secret_logged: set[str] = set()  # secret-looking documents already reported
         self._backend_failures: set[str] = set()  # kinds of remote failure shown since the last success
+        self.work_ahead = WorkAhead(self)  # the one scheduler of work ahead of requests
 
     # The way in
     def begin(self, method: str, uri: str, position: types.Position,
@@ -112,10 +117,20 @@ class RequestPipeline:
         return request, RequestSpan(self.tracer, request.request_id, method, uri, position, msg_id, clock, self.on_done,
                                     started)
 
+    @staticmethod
+    def refusal(document: Document) -> str | None:
+        """Why ``document`` (a snapshot) gets no model work at all, neither requests nor work ahead
+        (:mod:`lsp_server.requests.work_ahead`): :data:`SECRET` (its file looks secret) or
+        :data:`OUT_OF_SYNC`; ``None`` when it may. The one check of both on the request side."""
+        if uri_looks_secret(document.uri):
+            return SECRET
+        return None if document.in_sync else OUT_OF_SYNC
+
     def refused(self, request: CompletionRequest, span: RequestSpan, what: str) -> bool:
         """Whether the document gets no ``what`` (``completions``, ``suggestion``) for its file or its sync
-        state; logs why."""
-        if uri_looks_secret(request.uri):
+        state (:meth:`refusal`); logs why."""
+        refusal = self.refusal(request.document)
+        if refusal == SECRET:
             if request.uri not in self._secret_logged:
                 self._secret_logged.add(request.uri)
                 self.tracer.message(f"[speclsp] {self.names(request.uri)} looks like a secret file (.env, keys, "
@@ -124,7 +139,7 @@ class RequestPipeline:
             span.log(f"no {what}: secret-looking file")
             return True
         document = request.document
-        if not document.in_sync:  # before any cache: its text may be stale too
+        if refusal == OUT_OF_SYNC:  # before any cache: its text may be stale too
             if self._sync_explained.get(document.uri) != document.sync_problem:
                 self._sync_explained[document.uri] = document.sync_problem
                 self.tracer.message(f"[speclsp] no completions for {self.names(document.uri)}: it is out of sync "
@@ -189,7 +204,9 @@ class RequestPipeline:
             del self._inflight[key]
 
     def cancel_document(self, uri: str, method: str | None = None) -> None:
-        """Stop the generations in flight for ``uri`` (one method, or all) at their next verify round."""
+        """Stop the generations in flight for ``uri`` (one method, or all) at their next verify round, and
+        drop its work ahead not started yet (:meth:`~lsp_server.requests.work_ahead.WorkAhead.drop_pending`)."""
+        self.work_ahead.drop_pending(uri, method)
         for key in [k for k in self._inflight if k[0] == uri and (method is None or k[1] == method)]:
             self._inflight.pop(key).cancelled.set()
 
@@ -234,12 +251,8 @@ class RequestPipeline:
 
     # Document events
     def document_opened(self, document: Document) -> None:
-        self.in_background(ModelSession.document_opened, document)
-
-    def document_changed(self, document: Document) -> None:
-        """After a change (its generations already stopped, :meth:`cancel_document`): let the session
-        work ahead of the next request (:meth:`~lsp_server.model.session.ModelSession.document_changed`)."""
-        self.in_background(ModelSession.document_changed, document)
+        """Tokenise it ahead of its first request, when work ahead may (:meth:`WorkAhead.opened`)."""
+        self.work_ahead.opened(document)
 
     def document_closed(self, uri: str) -> None:
         """Stop its generations and forget what is kept for it here, in the services and in the session."""

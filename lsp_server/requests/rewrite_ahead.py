@@ -1,18 +1,18 @@
 """Next-edit rewrite prompts computed when an edit burst ends, before the suggestion is asked for.
 
-A next-edit suggestion's time on a CPU is mostly the prefill of its ~1,000-token prompt, and that prompt
-is known as soon as the user stops editing: the region around the cursor, the file around it and the
+Most of a next-edit suggestion's time on a CPU is the prefill of its long prompt, and that prompt is
+known as soon as the user stops editing: the region around the cursor, the file around it and the
 recent edits. So when a document with recent edits has had no change for ``SETTLED_S`` (a pause; the
-edit history's coalescing window, 1.5 s, would leave most of the prefill to a request asked 2 s after
-the edit), the rewrite prompt for the cursor the last change left is computed on the model thread
-(:meth:`lsp_server.model.session.ModelSession.prefill_rewrite`), in a rewrite's 256-token pieces that yield to
-any queued work, into the document's next-edit cache. A ``speclsp/nextEdit`` request for that cursor then
-finds its prompt computed but for the last token. A new change cancels the timer or the prefill (it is in
-the pipeline's in-flight table under ``REWRITE_AHEAD``): the piece in flight is dropped between the
-model's layers (:meth:`decoding.kv_cache.KVCacheState.prefill`), so the key's completion does not wait
-for it, and the pieces before stay cached: the prompt puts the file around the region first, so the next
-pause recomputes only from the region on. A request that arrives while it runs queues behind its current
-piece (which a request for the same prompt needs anyway).
+edit history's coalescing window is longer, and would leave most of the prefill to a request asked soon
+after the edit), the rewrite prompt for the cursor the last change left is computed on the model thread
+(:meth:`lsp_server.model.session.ModelSession.prefill_rewrite`), in a rewrite's prefill pieces, into the
+document's next-edit cache. A ``speclsp/nextEdit`` request for that cursor then finds its prompt computed
+but for the last token. A new change cancels the wait or the prefill (it is in the pipeline's in-flight
+table under ``REWRITE_AHEAD``): the piece in flight is dropped between the model's layers
+(:meth:`decoding.kv_cache.KVCacheState.prefill`), so the key's completion does not wait for it, and the
+pieces before stay cached: the prompt puts the file around the region first, so the next pause
+recomputes only from the region on. Any other queued work makes it give way at its next piece; when,
+and after which guard, it starts is the scheduler's (:mod:`lsp_server.requests.work_ahead`).
 
 It computes what the request would compute (the same prompt), so exactness is the request's; what it
 can waste is one prompt's prefill for a suggestion never asked for. The ``nextEditPrefill`` setting turns
@@ -29,17 +29,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 
 from lsp_server.requests.pipeline import RequestPipeline
-from lsp_server.request import Yielding, resolve_request
+from lsp_server.request import resolve_request
 from lsp_server.model.session import ModelSession
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.edit_history import EditHistories
-from lsp_server.workspace.file_rules import uri_looks_secret
 from lsp_server.workspace.names import file_name
 from lsp_server.workspace.positions import codec_for
-from lsp_server.model.worker import READY
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +59,6 @@ class RewritesAhead:
         self.history = history
         self.on_ready = on_ready
         self.settled_s = settled_s
-        self._timers: dict[str, asyncio.TimerHandle] = {}
 
     def changed(self, document: Document, cursor: int | None) -> None:
         """A document changed, leaving the cursor at ``cursor`` (code points into ``document.text``;
@@ -71,38 +67,23 @@ class RewritesAhead:
         settings = self.pipeline.settings_ref()
         if cursor is None or not (settings.next_edit_prefill or settings.next_edit_suggest_ahead):
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop (a direct call in a test): nothing can wait
-            return
-        self._timers[document.uri] = loop.call_later(self.settled_s, self._settled, document, cursor)
+        self.pipeline.work_ahead.after(document.uri, REWRITE_AHEAD, self.settled_s, self._settled, document, cursor)
 
     def _settled(self, document: Document, cursor: int) -> None:
-        """The burst ended: start the prefill, unless the document moved on or cannot be completed in."""
-        uri, pipeline = document.uri, self.pipeline
-        self._timers.pop(uri, None)
-        current = pipeline.store.get(uri)
-        if (current is None or current.version != document.version or current.text != document.text
-                or not document.in_sync or uri_looks_secret(uri) or pipeline.worker.state != READY
-                or not self.history.has_edits(uri)):
+        """The burst ended: start the prefill (or the rewrite), when the scheduler's guard lets it."""
+        uri, pipeline, work_ahead = document.uri, self.pipeline, self.pipeline.work_ahead
+        if not work_ahead.may_start(document, gives_way=True) or not self.history.has_edits(uri):
             return
         settings = pipeline.settings_ref()
         request = resolve_request(document, document.lines.position_at(cursor, CODE_POINTS), CODE_POINTS, settings,
                                   method=REWRITE_AHEAD)
         diffs = self.history.diffs(uri, file_name(uri))
-        worker = pipeline.worker
-        try:
-            if settings.next_edit_suggest_ahead:
-                request = replace(request, cancelled=Yielding(worker.has_waiting))
-                job = worker.run(ModelSession.rewrite, request, diffs)
-                loop = asyncio.get_running_loop()
-                job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._written, request, done))
-            else:
-                worker.run(ModelSession.prefill_rewrite, request, diffs,
-                           should_stop=lambda: request.cancelled.is_set() or worker.has_waiting())
-        except RuntimeError:  # unloaded meanwhile
-            return
-        pipeline.track(request)
+        operation = ModelSession.rewrite if settings.next_edit_suggest_ahead else ModelSession.prefill_rewrite
+        started = work_ahead.start(request, operation, diffs, gives_way=True)
+        if started is not None and operation is ModelSession.rewrite:
+            request, job = started
+            loop = asyncio.get_running_loop()
+            job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._written, request, done))
 
     def _written(self, request, job) -> None:
         """A rewrite written ahead has ended: hand it on when it is finished, has edits and still applies."""
@@ -120,8 +101,5 @@ class RewritesAhead:
         self.on_ready(request, rewrite)
 
     def forget(self, uri: str) -> None:
-        """Cancel the timer and the prefill of ``uri`` (a newer change, or the document closed)."""
-        timer = self._timers.pop(uri, None)
-        if timer is not None:
-            timer.cancel()
+        """Cancel the wait and the prefill of ``uri`` (a newer change, or the document closed)."""
         self.pipeline.cancel_document(uri, REWRITE_AHEAD)
