@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _SKIP_DIRS = {".git", ".venv", "node_modules", "build", "dist", ".pytest_cache"}
 _LINK = re.compile(r"\]\(([^()\s]+)\)")
 _CODE_REF = re.compile(r"(docs/[\w./-]+\.md)#([\w-]+)")
-_FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
+_FENCE = re.compile(r"^(```|~~~).*?^\1", re.DOTALL | re.MULTILINE)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 
 
@@ -30,7 +30,7 @@ def github_slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-@lru_cache(maxsize=None)
+@cache
 def anchors(path: Path) -> frozenset[str]:
     """The fragments a link may name in ``path``: each heading's slug (with GitHub's -1, -2 for repeats)
     and each ``<a id="...">``."""
