@@ -11,8 +11,8 @@ llama-cpp-python missing) gets a row that says why. Then:
   tokens per pass the decode workloads reached: plain (1 token per 1-token pass), ``edit`` (8.5 tokens
   per pass of 13: n-gram drafting on a function rewritten with a name renamed) and ``fim`` (1.4 per pass
   of 4: the next line of a hole), the latter also with its 1024-token prompt prefilled (32 new tokens);
-  the tokens per pass are those of ``speclsp bench decode --quick`` at 19d0c86 (docs/performance.md), cost(M)
-  between measured sizes interpolated linearly;
+  the tokens per pass are those of ``speclsp bench decode --quick`` at 19d0c86
+  (docs/bench/decode-quick-19d0c86/README.md), cost(M) between measured sizes interpolated linearly;
 * ``DIR/cost_vs_tokens.png``: cost(M) per path, one panel per model and context.
 
 A measurement command, not a test: it times this machine. Run it on a quiet machine.

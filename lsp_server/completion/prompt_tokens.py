@@ -2,8 +2,8 @@
 
 Between two completion requests of one document, the prompt's prefix window usually differs only
 near its end (the user typed a few characters) and its suffix not at all. Tokenising the whole
-window again costs about 2 ms per request for an 8 KB prefix on a CPU; tokenising only from the
-edit on costs a few hundredths of that.
+window again costs time on every request; tokenising only from the edit on costs a small fraction of
+that (docs/decisions.md#prompt-tokens).
 
 Why a spliced tokenisation equals a full one: a fast tokenizer splits text into pre-tokens (for
 byte-level BPE, matches of a regular expression that looks at most one character ahead and never

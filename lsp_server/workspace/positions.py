@@ -73,8 +73,8 @@ class LineIndex:
         """The index of ``text[:start] + replacement + text[end:]`` (code-point offsets), computed from
         this one: line breaks are searched again only from the line before the edit to the line after
         it (a ``\\r`` and a ``\\n`` on either side of the edit may join or part), later starts shift.
-        Equal to :meth:`of` on the new text. Cost: copying the text and the starts (memory speed, about
-        a millisecond per 10 MB) and scanning the edited lines; no Python loop over the other lines."""
+        Equal to :meth:`of` on the new text. Cost: copying the text and the starts (at memory
+        speed) and scanning the edited lines; no Python loop over the other lines."""
         text = "".join((self.text[:start], replacement, self.text[end:]))
         starts = self.starts
         first = max(bisect.bisect_right(starts, start) - 2, 0)  # the line before the edit's line
