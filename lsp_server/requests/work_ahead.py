@@ -55,17 +55,28 @@ import asyncio
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from lsp_server.model.session import ModelSession
-from lsp_server.model.worker import READY, Job
+from lsp_server.model.worker import READY, Job, ModelWorker
 from lsp_server.request import CompletionRequest, Yielding
 from lsp_server.requests.span import after_answer
-from lsp_server.workspace.documents import Document
+from lsp_server.workspace.documents import Document, DocumentStore
 from lsp_server.workspace.repo_index import RepoIndex
 
-if TYPE_CHECKING:
-    from lsp_server.requests.pipeline import RequestPipeline
+
+class Pipeline(Protocol):
+    """What the scheduler uses of its request pipeline (:class:`lsp_server.requests.pipeline.RequestPipeline`)."""
+
+    worker: ModelWorker
+    store: DocumentStore
+
+    def refusal(self, document: Document) -> str | None: ...
+
+    def track(self, request: CompletionRequest) -> None: ...
+
+    def in_background(self, operation: Callable[..., Any], *args: Any, after_the_answer: bool = False,
+                      **kwargs: Any) -> None: ...
 
 NEXT_LINE = "nextLine"  # the in-flight method name of the next line prepared after an answer
 #: The model thread idle this long (seconds) after an answer: a pause, not the gap between two keys.
@@ -81,7 +92,7 @@ class WorkAhead:
         next_line_idle_s: how long the model thread must be idle before the next line is prepared (s).
     """
 
-    def __init__(self, pipeline: RequestPipeline, next_line_idle_s: float = NEXT_LINE_IDLE_S):
+    def __init__(self, pipeline: Pipeline, next_line_idle_s: float = NEXT_LINE_IDLE_S):
         self.pipeline = pipeline
         self.next_line_idle_s = next_line_idle_s
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (uri, method) -> its pending start
