@@ -17,7 +17,7 @@ import math
 import re
 import sys
 from dataclasses import Field, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pathspec
 
@@ -32,11 +32,9 @@ from decoding.types import (
     GenerationConfig,
     SamplingParams,
 )
-from lsp_server.backends.loading import BACKENDS, COMPLETION_MODELS, LOCAL, BackendConfig, RemoteConfig
+from lsp_server.backends.base import (BACKENDS, COMPLETION_MODELS, LOCAL, BackendConfig, GenerationBackend,
+                                      RemoteConfig)
 from lsp_server.workspace.repo_index import IndexConfig
-
-if TYPE_CHECKING:
-    from lsp_server.backends.base import GenerationBackend
 
 DTYPES = ("auto", "float32", "fp32", "float16", "fp16", "bfloat16", "bf16")
 TRACE_LEVELS = ("off", "messages", "verbose")

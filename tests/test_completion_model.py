@@ -8,8 +8,8 @@ import pytest
 
 from decoding import drafter_choice
 from decoding.engine import Engine, EngineConfig, GenerationConfig
-from lsp_server.backends.base import ROLE_COMPLETION, ROLE_NEXT_EDIT
-from lsp_server.backends.loading import BackendConfig, load_backend
+from lsp_server.backends.base import ROLE_COMPLETION, ROLE_NEXT_EDIT, BackendConfig
+from lsp_server.backends.loading import load_backend
 from lsp_server.model.session import ModelSession
 
 pytestmark = pytest.mark.model

@@ -22,11 +22,11 @@ Failures of a remote engine are :class:`BackendError` (typed by ``kind``); the r
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from decoding.weights.capabilities import ModelCapabilities
-from decoding.types import Generation, GenerationConfig
+from decoding.types import EngineConfig, Generation, GenerationConfig
 
 if TYPE_CHECKING:
     from lsp_server.completion.prompt import Prompt
@@ -49,6 +49,18 @@ class RemoteConfig:
     model: str = ""  # the served model's name ("model" of the request); "": not sent
     api_key_env: str = ""  # the environment variable holding the API key ("": none); the key is never stored
     timeout_s: float = 10.0  # connecting, and waiting for the next bytes of an answer (seconds)
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """What the model thread loads; a change reloads it (:meth:`lsp_server.settings.Settings.backend_config`,
+    :func:`lsp_server.backends.loading.load_backend`)."""
+
+    kind: str = LOCAL  # one of BACKENDS
+    engine: EngineConfig = field(default_factory=EngineConfig)  # the local models; for a remote backend, ``model`` names the tokenizer
+    remote: RemoteConfig | None = None  # for a remote backend
+    completion_model: str = "target"  # local: auto, target or draft (:mod:`lsp_server.backends.loading`)
+    next_edit_model: str = ""  # local: a model of next edits' own, loaded beside the pair ("": the pair's)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from decoding.types import EngineConfig
 from lsp_server.backends.base import (
@@ -33,22 +33,13 @@ from lsp_server.backends.base import (
     OPENAI,
     ROLE_COMPLETION,
     ROLE_NEXT_EDIT,
+    BackendConfig,
     RemoteConfig,
 )
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BACKENDS", "COMPLETION_MODELS", "LLAMACPP_INFILL", "LOCAL", "OPENAI", "BackendConfig", "RemoteConfig", "load_backend"]
-
-@dataclass(frozen=True)
-class BackendConfig:
-    """What the model thread loads; a change reloads it (:meth:`lsp_server.settings.Settings.backend_config`)."""
-
-    kind: str = LOCAL  # one of BACKENDS
-    engine: EngineConfig = field(default_factory=EngineConfig)  # the local models; for a remote backend, ``model`` names the tokenizer
-    remote: RemoteConfig | None = None  # for a remote backend
-    completion_model: str = "target"  # local: auto, target or draft (see the module docstring)
-    next_edit_model: str = ""  # local: a model of next edits' own, loaded beside the pair ("": the pair's)
+__all__ = ["BACKENDS", "COMPLETION_MODELS", "LLAMACPP_INFILL", "LOCAL", "OPENAI", "RemoteConfig", "load_backend"]
 
 
 def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str], None] | None = None):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from decoding.weights.model_names import resolve_pair
-from lsp_server.backends.loading import BackendConfig
+from lsp_server.backends.base import BackendConfig
 from lsp_server.protocol.progress import begin_progress
 from lsp_server.settings import parse_settings
 from lsp_server.model.worker import READY
