@@ -157,7 +157,7 @@ def test_engine_killed_mid_request_then_restarted(llama):
         assert len(shown(peer)) == 1 and llama.url in shown(peer)[0], shown(peer)
         llama.restart()
         time.sleep(2.5)  # past the backoff after one failure
-        peer.send(notification("workspace/didChangeConfiguration", {"settings": {"maxNewTokens": 16}}))
+        peer.send(notification("workspace/didChangeConfiguration", {"settings": {"completion": {"maxNewTokens": 16}}}))
         peer.send(notification("textDocument/didChange", {
             "textDocument": {"uri": URI, "version": 2},
             "contentChanges": [{"range": {"start": {"line": line, "character": character},
