@@ -13,9 +13,22 @@ from pathlib import Path
 import pytest
 
 from lsp_server.settings import Settings, parse_settings, settings_from_flags
-from lsp_server.settings.manifests import (ARTEFACTS, CLIENT_SETTINGS, stale_artefacts, vscode_capabilities,
-                                           vscode_properties, vscode_renamed, write_artefacts)
-from lsp_server.settings.spec import BY_KEY, GROUPS, RESTRICTED_SETTINGS, old_key, setting_key
+from lsp_server.settings.manifests import (
+    ARTEFACTS,
+    CLIENT_SETTINGS,
+    stale_artefacts,
+    vscode_capabilities,
+    vscode_properties,
+    vscode_renamed,
+    write_artefacts,
+)
+from lsp_server.settings.spec import (
+    BY_KEY,
+    GROUPS,
+    RESTRICTED_SETTINGS,
+    old_key,
+    setting_key,
+)
 from lsp_server.settings.values import check_value
 
 pytestmark = pytest.mark.unit
@@ -87,9 +100,9 @@ def test_an_untrusted_workspace_may_not_set_what_runs_loads_or_sends_code_by_eit
 
 def test_the_vscode_extension_forwards_every_server_setting_and_the_renamed_ones():
     source = (ROOT / "editors/vscode/src/config.ts").read_text()
-    listed = re.search(r"SERVER_SETTINGS = \[(.*?)\] as const", source, re.S).group(1)
+    listed = re.search(r"SERVER_SETTINGS = \[(.*?)\] as const", source, re.DOTALL).group(1)
     assert re.findall(r'"([A-Za-z.]+)"', listed) == KEYS  # each once, in the spec's order
-    renamed = re.search(r"RENAMED_SETTINGS: .*? = \{(.*?)\};", source, re.S).group(1)
+    renamed = re.search(r"RENAMED_SETTINGS: .*? = \{(.*?)\};", source, re.DOTALL).group(1)
     assert dict(re.findall(r'(\w+): "([A-Za-z.]+)"', renamed)) == vscode_renamed()
 
 

@@ -13,7 +13,14 @@ from dataclasses import Field, fields
 from pathlib import Path
 from typing import Any
 
-from lsp_server.settings.spec import BY_KEY, GROUPS, RESTRICTED_SETTINGS, Settings, old_key, setting_key
+from lsp_server.settings.spec import (
+    BY_KEY,
+    GROUPS,
+    RESTRICTED_SETTINGS,
+    Settings,
+    old_key,
+    setting_key,
+)
 
 #: The VS Code client's own settings that pick what runs (the command that starts the server).
 RESTRICTED_CLIENT_SETTINGS = ("speclsp.server.command", "speclsp.server.pythonPath")

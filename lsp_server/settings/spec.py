@@ -24,8 +24,14 @@ from decoding.types import (
     SamplingParams,
 )
 from decoding.weights.model_names import AUTO
-from lsp_server.backends.base import (BACKENDS, COMPLETION_MODELS, LOCAL, BackendConfig, GenerationBackend,
-                                      RemoteConfig)
+from lsp_server.backends.base import (
+    BACKENDS,
+    COMPLETION_MODELS,
+    LOCAL,
+    BackendConfig,
+    GenerationBackend,
+    RemoteConfig,
+)
 from lsp_server.settings.values import check_value
 from lsp_server.workspace.repo_index import IndexConfig
 
@@ -285,7 +291,7 @@ def setting_key(spec: Field) -> str:
     group, key = spec.metadata["group"], spec.metadata["key"]
     if not key:
         own = _snake(group) + "_"
-        key = camel(spec.name[len(own):] if spec.name.startswith(own) else spec.name)
+        key = camel(spec.name.removeprefix(own))
     return f"{group}.{key}"
 
 
