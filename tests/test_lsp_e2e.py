@@ -222,7 +222,8 @@ async def test_l5_l8_every_item_has_range_and_no_special_tokens(client: Language
 async def utf8_client(lsp_client: LanguageClient):
     lsp_client.initialize_result = await lsp_client.initialize_session(types.InitializeParams(
         capabilities=capabilities(["utf-8", "utf-16"]),
-        initialization_options={"speclsp": {**STARTER_OPTIONS, "completion.maxNewTokens": 8, "decoding.drafter": "bogus",
+        # maxNewTokens: a flat name of the release before, still read, with a deprecation warning
+        initialization_options={"speclsp": {**STARTER_OPTIONS, "maxNewTokens": 8, "decoding.drafter": "bogus",
                                             "colour": "blue",
                                             **UNHEALED}}))
     await wait_until_ready(lsp_client)
@@ -234,6 +235,8 @@ async def test_position_encoding_negotiation_and_settings_warnings(utf8_client: 
     assert utf8_client.initialize_result.capabilities.position_encoding == types.PositionEncodingKind.Utf8
     warnings = [m.message for m in utf8_client.messages if m.type == types.MessageType.Warning]
     assert any("speclsp.decoding.drafter" in w for w in warnings) and any("speclsp.colour" in w for w in warnings)
+    deprecated = [w for w in warnings if "speclsp.maxNewTokens is deprecated" in w]  # one, naming the new key
+    assert len(deprecated) == 1 and "speclsp.completion.maxNewTokens" in deprecated[0]
     text = 's = "😀é"; x = \n'
     uri = open_document(utf8_client, "utf8.py", text)
     before = 's = "😀é"; '

@@ -69,6 +69,20 @@ def test_the_sync_check_finds_a_hand_edited_generated_file_and_the_writer_mends_
     assert (tmp_path / name).read_text(encoding="utf-8") == text and stale_artefacts(tmp_path) == []
 
 
+def test_the_command_checks_and_writes_the_generated_files(tmp_path, monkeypatch, capsys):
+    from lsp_server.settings.__main__ import main
+
+    monkeypatch.chdir(ROOT)
+    assert main(["--check"]) == 0 and main(["--vscode", "x"]) == 2
+    for artefact in ARTEFACTS:
+        (tmp_path / artefact).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / artefact, tmp_path / artefact)
+    (tmp_path / "docs/settings.md").unlink()
+    monkeypatch.chdir(tmp_path)
+    assert main(["--check"]) == 1 and "docs/settings.md is out of date" in capsys.readouterr().err
+    assert main([]) == 0 and main(["--check"]) == 0
+
+
 def test_the_vscode_manifest_holds_the_grouped_keys_the_deprecated_flat_names_and_the_client_settings():
     manifest = json.loads((ROOT / "editors/vscode/package.json").read_text())
     properties = manifest["contributes"]["configuration"]["properties"]
