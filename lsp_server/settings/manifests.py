@@ -136,8 +136,8 @@ def settings_doc(_old: str = "") -> str:
         out += [_row(spec) for spec in fields(Settings) if spec.metadata["group"] == group]
         out.append("")
     out += ["## Renamed", "", "The flat names of the release before are still read, each with a warning naming its",
-            "new key, until the next release:", ""]
-    out.append(", ".join(f"`{old_key(spec)}` → `{setting_key(spec)}`" for spec in fields(Settings)) + ".")
+            "new key, until the next release.", "", "| flat name (deprecated) | setting |", "|---|---|"]
+    out += [f"| `{old_key(spec)}` | `{setting_key(spec)}` |" for spec in fields(Settings)]
     return "\n".join(out) + "\n"
 
 
