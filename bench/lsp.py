@@ -299,7 +299,8 @@ def add_parser(kinds) -> argparse.ArgumentParser:
     lsp.add_argument("--functions", type=int, default=None, help="held-out functions to type (default 8; --typist 3)")
     lsp.add_argument("--drafter", default="auto")
     lsp.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
-                     help="another server setting (camelCase, VALUE as JSON), e.g. promptLayout=tail; repeatable")
+                     help="another server setting (its key, VALUE as JSON), e.g. completion.promptLayout=tail; "
+                          "repeatable")
     lsp.add_argument("--model", default="auto", help="target model name (as for speclsp complete)")
     lsp.add_argument("--draft-model", default="auto", help="draft model name, or none")
     lsp.add_argument("--max-new-tokens", type=int, default=32)

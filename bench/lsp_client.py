@@ -11,6 +11,8 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
+from lsp_server.settings.spec import BY_OLD_KEY, setting_key
+
 
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
@@ -27,6 +29,8 @@ async def _drain(stream: asyncio.StreamReader, path: Path) -> None:
 
 def server_settings(items: list[str]) -> dict:
     """``--setting NAME=VALUE`` items -> initialization options (VALUE as JSON when it parses, else a string).
+    NAME is a setting's key (``completion.promptLayout``); a flat name of the release before
+    (``promptLayout``) is taken as its key now, so the commands in docs/ still run as written.
 
     Raises:
         SystemExit: an item without ``=``.
@@ -35,7 +39,9 @@ def server_settings(items: list[str]) -> dict:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise SystemExit(f"--setting takes NAME=VALUE (a server setting, e.g. promptLayout=tail), not {item!r}")
+            raise SystemExit(f"--setting takes NAME=VALUE (a server setting, e.g. completion.promptLayout=tail), "
+                             f"not {item!r}")
+        name = setting_key(BY_OLD_KEY[name]) if name in BY_OLD_KEY else name
         try:
             options[name] = json.loads(value)
         except json.JSONDecodeError:
@@ -62,12 +68,12 @@ async def start_server(args: argparse.Namespace, trace_path: Path, name: str) ->
         if "models ready" in params.message or "model loading failed" in params.message:
             ready.set()
 
-    options = {"model": args.model, "draftModel": args.draft_model, "drafter": args.drafter,
-               "maxNewTokens": args.max_new_tokens, "traceFile": str(trace_path), "indexEnabled": False}
+    options = {"model.target": args.model, "model.draft": args.draft_model, "decoding.drafter": args.drafter,
+               "completion.maxNewTokens": args.max_new_tokens, "trace.file": str(trace_path), "index.enabled": False}
     options.update(server_settings(getattr(args, "setting", None) or []))
     if getattr(args, "backend", "local") != "local":
-        options.update(backend=args.backend, endpoint=args.endpoint, remoteModel=args.remote_model,
-                       apiKeyEnv=args.api_key_env)
+        options.update({"remote.backend": args.backend, "remote.endpoint": args.endpoint,
+                        "remote.model": args.remote_model, "remote.apiKeyEnv": args.api_key_env})
     await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
                                                          initialization_options=options))
     client.initialized(types.InitializedParams())

@@ -215,7 +215,7 @@ async def run_row(args: argparse.Namespace, pace_name: str, functions, backend: 
     trace_path = Path(tempfile.mkdtemp(prefix="speclsp-typist-")) / "trace.jsonl"
     settings = list(getattr(args, "setting", None) or [])
     if getattr(args, "check_exact", False) and backend == "local":  # the trace file keeps each answer's replay
-        settings.append("traceLevel=verbose")
+        settings.append("trace.level=verbose")
     server_args = argparse.Namespace(**{**vars(args), "backend": backend, "endpoint": endpoint, "setting": settings})
     client = await start_server(server_args, trace_path, "speclsp-typist")
     session = TypistSession(client, PACES[pace_name], random.Random(args.seed))
@@ -275,10 +275,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"[{row['row']} {row['pace']}] replaying {len(row['replays'])} shown answers with plain decoding",
                       file=sys.stderr)
                 settings = server_settings(getattr(args, "setting", None) or [])
-                row["exactness"] = check_replays(row["replays"], device=settings.get("device", "auto"),
-                                                 dtype=settings.get("dtype", "auto"),
-                                                 engine=settings.get("engine", "torch"),
-                                                 quantization=settings.get("quantization",
+                row["exactness"] = check_replays(row["replays"], device=settings.get("model.device", "auto"),
+                                                 dtype=settings.get("model.dtype", "auto"),
+                                                 engine=settings.get("model.engine", "torch"),
+                                                 quantization=settings.get("model.quantization",
                                                                            Settings().quantization))
     for row in rows:
         row.pop("replays")

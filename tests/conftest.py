@@ -11,7 +11,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 #: Server settings / CLI flags that pin the bundled starter pair: the defaults load the real pair when
 #: it is installed, and the fast tiers must not depend on that.
-STARTER_OPTIONS = {"model": "starter", "draftModel": "starter-draft"}
+STARTER_OPTIONS = {"model.target": "starter", "model.draft": "starter-draft"}
 STARTER_FLAGS = ("--model", "starter", "--draft-model", "starter-draft")
 
 #: The test tiers, as registered in pyproject.toml ([tool.pytest.ini_options] markers).

@@ -34,8 +34,8 @@ DEADLINE_S = 60.0  # every answer within this (detects a hang, not speed)
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def client(lsp_client: LanguageClient):
     lsp_client.initialize_result = await lsp_client.initialize_session(types.InitializeParams(
-        capabilities=capabilities(), initialization_options={**STARTER_OPTIONS, "maxNewTokens": 8,
-                                                             "indexEnabled": False}))
+        capabilities=capabilities(), initialization_options={**STARTER_OPTIONS, "completion.maxNewTokens": 8,
+                                                             "index.enabled": False}))
     await wait_until_ready(lsp_client)
     yield
     await lsp_client.shutdown_session()

@@ -260,7 +260,7 @@ def start_generation(peer: RawServer) -> int:
 def test_ending_during_a_generation(how: str, code: int):
     peer = RawServer()
     try:
-        peer.initialize(maxNewTokens=4096, temperature=0.0)
+        peer.initialize(completion={"maxNewTokens": 4096}, decoding={"temperature": 0.0})
         peer.wait_ready()
         start_generation(peer)
         started = time.monotonic()

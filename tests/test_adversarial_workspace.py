@@ -276,8 +276,8 @@ async def client(lsp_client: LanguageClient, served_workspace):
     await lsp_client.initialize_session(types.InitializeParams(
         capabilities=capabilities(), root_uri=served_workspace.as_uri(),
         workspace_folders=[types.WorkspaceFolder(uri=f.as_uri(), name=f.name or "/") for f in folders],
-        initialization_options={**STARTER_OPTIONS, "maxNewTokens": 8, "maxFileBytes": MAX_FILE_BYTES,
-                                "traceLevel": "verbose"}))
+        initialization_options={**STARTER_OPTIONS, "completion.maxNewTokens": 8, "index.maxFileBytes": MAX_FILE_BYTES,
+                                "trace.level": "verbose"}))
     await wait_until_ready(lsp_client)
     yield
     await lsp_client.shutdown_session()

@@ -9,8 +9,7 @@ import pytest
 from decoding import drafter_choice
 from decoding.engine import Engine
 from decoding.types import EngineConfig, GenerationConfig
-from lsp_server.backends.base import ROLE_COMPLETION, ROLE_NEXT_EDIT
-from lsp_server.backends.base import BackendConfig
+from lsp_server.backends.base import ROLE_COMPLETION, ROLE_NEXT_EDIT, BackendConfig
 from lsp_server.backends.loading import load_backend
 from lsp_server.model.session import ModelSession
 

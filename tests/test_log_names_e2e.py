@@ -46,9 +46,9 @@ def test_nothing_written_about_a_document_holds_its_absolute_path(tmp_path):
     try:
         # tokenHealing off: this checks the names in a completion drafted from util.py, which the starter
         # pair writes from the unhealed prompt here (healed, it answers with a next edit instead).
-        peer.initialize(root_uri=workspace.as_uri(), maxNewTokens=24, traceLevel="messages", drafter="ngram",
-                        tokenHealing=False,
-                        traceFile=str(trace_file), nextEditRegionLines=8, nextEditMaxNewTokens=200)
+        peer.initialize(root_uri=workspace.as_uri(), completion={"maxNewTokens": 24, "tokenHealing": False},
+                        trace={"level": "messages", "file": str(trace_file)}, decoding={"drafter": "ngram"},
+                        nextEdit={"regionLines": 8, "maxNewTokens": 200})
         peer.wait_ready()
         peer.wait_for(lambda messages: any("indexed" in m.get("params", {}).get("message", "") for m in messages))
         app, init = (workspace / "pkg" / "app.py").as_uri(), (workspace / "other" / "__init__.py").as_uri()

@@ -23,7 +23,7 @@ from tests.conftest import STARTER_OPTIONS
 #: These tests check ranges and protocol edges on whatever the tiny starter pair writes. With token
 #: healing it often ends at once where its healed prompt makes an end likely (`x = ` + end of text, an
 #: honest answer of that model), and an empty answer has no range to check.
-UNHEALED = {"tokenHealing": False}
+UNHEALED = {"completion.tokenHealing": False}
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +56,7 @@ def capabilities(encodings: list[str] | None = None) -> types.ClientCapabilities
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def client(lsp_client: LanguageClient):
     lsp_client.initialize_result = await lsp_client.initialize_session(
-        types.InitializeParams(capabilities=capabilities(), initialization_options={**STARTER_OPTIONS, "maxNewTokens": 24, **UNHEALED}))
+        types.InitializeParams(capabilities=capabilities(), initialization_options={**STARTER_OPTIONS, "completion.maxNewTokens": 24, **UNHEALED}))
     await wait_until_ready(lsp_client)
     yield
     await lsp_client.shutdown_session()
@@ -222,7 +222,9 @@ async def test_l5_l8_every_item_has_range_and_no_special_tokens(client: Language
 async def utf8_client(lsp_client: LanguageClient):
     lsp_client.initialize_result = await lsp_client.initialize_session(types.InitializeParams(
         capabilities=capabilities(["utf-8", "utf-16"]),
-        initialization_options={"speclsp": {**STARTER_OPTIONS, "maxNewTokens": 8, "drafter": "bogus", "colour": "blue",
+        # maxNewTokens: a flat name of the release before, still read, with a deprecation warning
+        initialization_options={"speclsp": {**STARTER_OPTIONS, "maxNewTokens": 8, "decoding.drafter": "bogus",
+                                            "colour": "blue",
                                             **UNHEALED}}))
     await wait_until_ready(lsp_client)
     yield
@@ -232,7 +234,9 @@ async def utf8_client(lsp_client: LanguageClient):
 async def test_position_encoding_negotiation_and_settings_warnings(utf8_client: LanguageClient):
     assert utf8_client.initialize_result.capabilities.position_encoding == types.PositionEncodingKind.Utf8
     warnings = [m.message for m in utf8_client.messages if m.type == types.MessageType.Warning]
-    assert any("speclsp.drafter" in w for w in warnings) and any("speclsp.colour" in w for w in warnings)
+    assert any("speclsp.decoding.drafter" in w for w in warnings) and any("speclsp.colour" in w for w in warnings)
+    deprecated = [w for w in warnings if "speclsp.maxNewTokens is deprecated" in w]  # one, naming the new key
+    assert len(deprecated) == 1 and "speclsp.completion.maxNewTokens" in deprecated[0]
     text = 's = "😀é"; x = \n'
     uri = open_document(utf8_client, "utf8.py", text)
     before = 's = "😀é"; '
@@ -269,7 +273,7 @@ WITHOUT_PACKS = ClientServerConfig(server_command=[
 @pytest_lsp.fixture(config=WITHOUT_PACKS)
 async def packless_client(lsp_client: LanguageClient):
     lsp_client.initialize_result = await lsp_client.initialize_session(types.InitializeParams(
-        capabilities=capabilities(), initialization_options={"maxNewTokens": 8, "indexEnabled": False}))
+        capabilities=capabilities(), initialization_options={"completion.maxNewTokens": 8, "index.enabled": False}))
     await wait_until_ready(lsp_client)
     yield
     await lsp_client.shutdown_session()

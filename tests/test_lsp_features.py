@@ -37,7 +37,8 @@ async def client(lsp_client: LanguageClient, trace_path):
         lsp_client.traces.append(params)
 
     lsp_client.initialize_result = await lsp_client.initialize_session(types.InitializeParams(
-        capabilities=capabilities(), initialization_options={**STARTER_OPTIONS, "maxNewTokens": 12, "traceFile": str(trace_path)}))
+        capabilities=capabilities(), initialization_options={**STARTER_OPTIONS, "completion.maxNewTokens": 12,
+                                                                  "trace.file": str(trace_path)}))
     await wait_until_ready(lsp_client)
     yield
     await lsp_client.shutdown_session()
@@ -239,7 +240,7 @@ async def ws_client(lsp_client: LanguageClient, workspace):
     await lsp_client.initialize_session(types.InitializeParams(
         capabilities=capabilities(), root_uri=workspace.as_uri(),
         workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="ws")],
-        initialization_options={**STARTER_OPTIONS, "maxNewTokens": 8}))
+        initialization_options={**STARTER_OPTIONS, "completion.maxNewTokens": 8}))
     await wait_until_ready(lsp_client)
     yield
     await lsp_client.shutdown_session()
@@ -276,7 +277,7 @@ async def test_workspace_index_skips_ignored_binary_huge_undecodable_and_secret_
     await until(dropped_fresh, "a deleted file leaves the index")
     # Disabling the index in the settings drops it.
     ws_client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"speclsp": {"indexEnabled": False}}))
+        settings={"speclsp": {"index": {"enabled": False}}}))
     for _ in range(100):
         if (await ws_client.protocol.send_request_async("speclsp/index", {})).state == "off":
             break

@@ -44,7 +44,7 @@ def assert_renamed_at_every_use(text: str) -> None:
 
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def client(lsp_client: LanguageClient, real_dirs):  # noqa: F811  (the fixture)
-    options = {"model": TARGET, "draftModel": DRAFT, "device": "cpu"}
+    options = {"model": {"target": TARGET, "draft": DRAFT, "device": "cpu"}}
     lsp_client.initialize_result = await lsp_client.initialize_session(
         types.InitializeParams(capabilities=capabilities(), initialization_options=options))
     await wait_until_ready(lsp_client, timeout=900.0)

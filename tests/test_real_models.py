@@ -174,7 +174,7 @@ SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server.cl
 @pytest_lsp.fixture(config=SERVER)
 async def real_client(lsp_client: LanguageClient, real_dirs):
     lsp_client.initialize_result = await lsp_client.initialize_session(types.InitializeParams(
-        capabilities=capabilities(), initialization_options={"maxNewTokens": 48, "indexEnabled": False}))
+        capabilities=capabilities(), initialization_options={"completion.maxNewTokens": 48, "index.enabled": False}))
     await wait_until_ready(lsp_client, timeout=300)
     yield
     await lsp_client.shutdown_session()

@@ -207,12 +207,12 @@ def test_a_refused_token_prompt_is_sent_again_as_text(fake, tokenizer_and_capabi
 @pytest.mark.parametrize("reply, kind, words", [
     (lambda h: h.send_error_json(500, "out of memory"), "http 500", "out of memory"),
     (lambda h: h.send_error_json(404, "The model `qwen` does not exist."), "model not found", "qwen"),
-    (lambda h: h.send_error_json(404, "File Not Found"), "not found", "speclsp.endpoint"),
+    (lambda h: h.send_error_json(404, "File Not Found"), "not found", "speclsp.remote.endpoint"),
     (lambda h: h.send_error_json(401, "bad key"), "unauthorized", "API key"),
     (lambda h: h.send_stream(sse(b"{not json")), "malformed stream", "cannot read"),
     (lambda h: h.send_stream(sse({"object": "text_completion"})), "malformed stream", "no choices"),
     (lambda h: h.send_stream(sse({"error": {"message": "context overflow"}})), "engine error", "context overflow"),
-    (lambda h: time.sleep(1.5), "timeout", "remoteTimeoutSeconds"),
+    (lambda h: time.sleep(1.5), "timeout", "remote.timeoutSeconds"),
     (lambda h: h.send_cut_stream(), "connection lost", "did it stop"),
 ])
 def test_failures_are_typed_with_a_message(fake, tokenizer_and_capabilities, reply, kind, words):

@@ -57,7 +57,7 @@ def serve(endpoint: str, **options) -> RawServer:
     """Our server on ``endpoint``'s engine, initialized; its tokenizer is the pack's."""
     peer = RawServer((sys.executable, "-m", "lsp_server.cli", "serve", "--backend", "openai", "--endpoint", endpoint,
                       "--model", PACK))
-    peer.initialize(model=PACK, indexEnabled=False, **options)
+    peer.initialize(model={"target": PACK}, index={"enabled": False}, **options)
     peer.wait_ready(timeout=300)
     return peer
 
@@ -129,7 +129,7 @@ def test_inline_completion_end_to_end_through_llama_server(llama):
 
 
 def test_cancelling_a_long_generation_stops_the_engine(llama):
-    peer = serve(llama.url, maxNewTokens=1024)
+    peer = serve(llama.url, completion={"maxNewTokens": 1024})
     try:
         position = open_document(peer, LONG_TEXT)
         msg_id = ask(peer, *position)
@@ -145,7 +145,7 @@ def test_cancelling_a_long_generation_stops_the_engine(llama):
 
 
 def test_engine_killed_mid_request_then_restarted(llama):
-    peer = serve(llama.url, maxNewTokens=1024)
+    peer = serve(llama.url, completion={"maxNewTokens": 1024})
     try:
         line, character = open_document(peer, LONG_TEXT)
         msg_id = ask(peer, line, character)
@@ -157,7 +157,7 @@ def test_engine_killed_mid_request_then_restarted(llama):
         assert len(shown(peer)) == 1 and llama.url in shown(peer)[0], shown(peer)
         llama.restart()
         time.sleep(2.5)  # past the backoff after one failure
-        peer.send(notification("workspace/didChangeConfiguration", {"settings": {"maxNewTokens": 16}}))
+        peer.send(notification("workspace/didChangeConfiguration", {"settings": {"completion": {"maxNewTokens": 16}}}))
         peer.send(notification("textDocument/didChange", {
             "textDocument": {"uri": URI, "version": 2},
             "contentChanges": [{"range": {"start": {"line": line, "character": character},

@@ -27,7 +27,7 @@ def _imported(stderr: str) -> set[str]:
 def _serve_one_completion(**options) -> tuple[dict, set[str]]:
     peer = RawServer(IMPORTTIME)
     try:
-        peer.initialize(indexEnabled=False, maxNewTokens=8, **options)
+        peer.initialize(index={"enabled": False}, completion={"maxNewTokens": 8}, **options)
         peer.wait_ready()
         uri = "file:///w/a.py"
         peer.send(notification("textDocument/didOpen", {"textDocument": {
@@ -53,7 +53,7 @@ def engine():
 
 
 def test_a_server_on_a_remote_backend_never_imports_torch(engine):
-    answer, modules = _serve_one_completion(backend="openai", endpoint=engine.url, model="starter")
+    answer, modules = _serve_one_completion(remote={"backend": "openai", "endpoint": engine.url}, model={"target": "starter"})
     assert answer["result"]["items"][0]["insertText"] == "a + b" and engine.requests  # the engine answered
     assert "lsp_server.backends.openai" in modules and "transformers" in modules  # the lines were read
     assert not {m for m in modules if m == "torch" or m.startswith("torch.")}

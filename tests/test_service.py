@@ -237,18 +237,21 @@ async def test_failed_load_answers_empty_and_keeps_the_error():
 @pytest.mark.parametrize("options,expected,warning", [
     (None, Settings(), None),
     ([], Settings(), None),  # an empty Lua table (Neovim) is an empty JSON array
-    ({"maxNewTokens": 16, "temperature": 0}, Settings(max_new_tokens=16, temperature=0.0), None),
-    ({"speclsp": {"drafter": "ngram"}}, Settings(drafter="ngram"), None),
-    ({"drafter": "magic"}, Settings(), "invalid value 'magic' for speclsp.drafter"),
-    ({"maxNewTokens": "lots"}, Settings(), "invalid value 'lots'"),
-    ({"maxNewTokens": True}, Settings(), "invalid value True"),
-    ({"topP": 0}, Settings(), "speclsp.topP"),
+    ({"completion": {"maxNewTokens": 16}, "decoding": {"temperature": 0}}, Settings(max_new_tokens=16, temperature=0.0),
+     None),
+    ({"speclsp": {"decoding": {"drafter": "ngram"}}}, Settings(drafter="ngram"), None),
+    ({"decoding.drafter": "magic"}, Settings(), "invalid value 'magic' for speclsp.decoding.drafter"),
+    ({"completion": {"maxNewTokens": "lots"}}, Settings(), "invalid value 'lots'"),
+    ({"completion": {"maxNewTokens": True}}, Settings(), "invalid value True"),
+    ({"decoding": {"topP": 0}}, Settings(), "speclsp.decoding.topP"),
     ({"colour": "blue"}, Settings(), "unknown setting speclsp.colour"),
     ([1, 2], Settings(), "must be a JSON object"),
-    ({"drafter": "model", "draftModel": "none"}, Settings(drafter="ngram", draft_model="none"), "needs a draft model"),
-    ({"drafter": "tree", "engine": "llama.cpp"}, Settings(drafter="ngram", engine="llama.cpp"), "per-position attention"),
-    ({"completionModel": "draft"}, Settings(completion_model="draft"), None),
-    ({"engine": "vllm"}, Settings(), "invalid value 'vllm' for speclsp.engine"),
+    ({"decoding": {"drafter": "model"}, "model": {"draft": "none"}}, Settings(drafter="ngram", draft_model="none"),
+     "needs a draft model"),
+    ({"decoding.drafter": "tree", "model.engine": "llama.cpp"}, Settings(drafter="ngram", engine="llama.cpp"),
+     "per-position attention"),
+    ({"completion": {"model": "draft"}}, Settings(completion_model="draft"), None),
+    ({"model": {"engine": "vllm"}}, Settings(), "invalid value 'vllm' for speclsp.model.engine"),
 ])
 def test_settings_are_typed_and_invalid_values_keep_defaults(options, expected, warning):
     settings, warnings = parse_settings(options)

@@ -6,7 +6,7 @@
 # The server runs its defaults (model `auto`: Qwen2.5-Coder 1.5B with the 0.5B as draft when the model
 # packs are installed, else the starter pair). Environment:
 #   SPECLSP_DEMO_SETTINGS  a Lua table of server settings, strings in single quotes, e.g.
-#                          "{ model = 'qwen2.5-coder-0.5b', draftModel = 'none' }" (default: none, the server's defaults)
+#                          "{ model = { target = 'qwen2.5-coder-0.5b', draft = 'none' } }" (default: none, the server's defaults)
 #   SPECLSP_DEMO_LOAD_S    most seconds to wait for the server to report its models ready (default 600)
 #   SPECLSP_DEMO_WAIT_S    most seconds to wait for the ghost text after typing (default 300; on a
 #                          2-core CPU the 1.5B takes tens of seconds for a cold document)

@@ -33,7 +33,7 @@ LOCAL, OPENAI, LLAMACPP_INFILL = "local", "openai", "llamacpp-infill"
 BACKENDS = (LOCAL, OPENAI, LLAMACPP_INFILL)
 ROLE_COMPLETION, ROLE_NEXT_EDIT = "completion", "nextEdit"  # what a backend serves (lsp_server.model.session)
 ROLES = (ROLE_COMPLETION, ROLE_NEXT_EDIT)
-#: ``completionModel``: which local model writes inline completions (:func:`lsp_server.backends.loading.load_backend`).
+#: ``completion.model``: which local model writes inline completions (:func:`lsp_server.backends.loading.load_backend`).
 COMPLETION_MODELS = ("auto", "target", "draft")
 
 

@@ -63,7 +63,7 @@ def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str],
             by_draft, reason = draft_model_completes(engine.target, engine.draft)
             log.info("%s", reason)
         if by_draft and engine.draft is None:
-            log.warning("completionModel 'draft' needs a draft model and none is loaded: %s writes inline "
+            log.warning("completion.model 'draft' needs a draft model and none is loaded: %s writes inline "
                         "completions", engine.target.name)
             by_draft = False
         completion = LocalBackend(engine.draft_as_target() if by_draft else engine)
@@ -75,10 +75,10 @@ def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str],
     if config.kind not in BACKENDS:
         raise ValueError(f"unknown backend {config.kind!r}; use one of {', '.join(BACKENDS)}")
     if config.next_edit_model:
-        log.warning("nextEditModel is for the local engine; with the %s backend the remote engine writes next "
+        log.warning("nextEdit.model is for the local engine; with the %s backend the remote engine writes next "
                     "edits", config.kind)
     if config.remote is None or not config.remote.endpoint:
-        raise ValueError(f"backend {config.kind!r} needs an endpoint (speclsp.endpoint: the remote engine's URL)")
+        raise ValueError(f"backend {config.kind!r} needs an endpoint (speclsp.remote.endpoint: the remote engine's URL)")
     return _load_remote(config.kind, config.remote, config.engine, on_stage)
 
 

@@ -114,7 +114,7 @@ def load_model_tokenizer(model: str, on_stage: Callable[[str], None] | None = No
         name = next((pack for pack in PACKS if pack_available(pack)), None)
         if name is None:
             raise ModelLoadError("a remote backend needs the served model's tokenizer to build its prompts: set "
-                                 "speclsp.model to a model directory (or hub id) with that tokenizer, or install "
+                                 "speclsp.model.target to a model directory (or hub id) with that tokenizer, or install "
                                  "the Qwen2.5-Coder packs")
     if on_stage:
         on_stage(f"loading the tokenizer of {name}")
@@ -182,7 +182,7 @@ class RemoteBackend:
             return {}
         key = os.environ.get(name, "")
         if not key:
-            raise BackendError("unauthorized", f"the environment variable {name} (speclsp.apiKeyEnv) is not set; "
+            raise BackendError("unauthorized", f"the environment variable {name} (speclsp.remote.apiKeyEnv) is not set; "
                                                "the remote engine needs its API key there")
         return {"Authorization": f"Bearer {key}"}
 
@@ -247,7 +247,7 @@ class RemoteBackend:
         """(kind, message for the user) of a failed request; see :class:`BackendError`."""
         where = f"the remote engine at {self.config.endpoint}"
         if isinstance(exc, StreamTimeout):
-            return "timeout", f"{where} did not answer in time ({exc}; speclsp.remoteTimeoutSeconds)"
+            return "timeout", f"{where} did not answer in time ({exc}; speclsp.remote.timeoutSeconds)"
         if isinstance(exc, ssl.SSLError):
             return "tls", f"TLS with {where} failed: {exc.reason or exc}"
         if isinstance(exc, HttpStatusError):
@@ -273,13 +273,13 @@ class RemoteBackend:
 def _http_failure(exc: HttpStatusError, where: str, config: RemoteConfig) -> tuple[str, str]:
     detail = _error_text(exc.body)
     if exc.status in (401, 403):
-        key = f"the API key in ${config.api_key_env}" if config.api_key_env else "an API key (speclsp.apiKeyEnv)"
+        key = f"the API key in ${config.api_key_env}" if config.api_key_env else "an API key (speclsp.remote.apiKeyEnv)"
         return "unauthorized", f"{where} refused the request (HTTP {exc.status}); check {key}: {detail}"
     if exc.status == 404 and "model" in detail.lower():
-        return "model not found", (f"{where} does not serve model {config.model!r} (speclsp.remoteModel): "
+        return "model not found", (f"{where} does not serve model {config.model!r} (speclsp.remote.model): "
                                    f"{detail}")
     if exc.status == 404:
-        return "not found", f"{where} has no such API (HTTP 404; check speclsp.endpoint and speclsp.backend): {detail}"
+        return "not found", f"{where} has no such API (HTTP 404; check speclsp.remote.endpoint and speclsp.remote.backend): {detail}"
     return f"http {exc.status}", f"{where} answered HTTP {exc.status}: {detail}"
 
 

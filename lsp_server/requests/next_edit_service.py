@@ -113,7 +113,7 @@ class NextEditService:
             span.log("superseded" if request.cancelled.is_set() else "no suggestion: blank region", ran.queue_ms)
             return None
         status = ("superseded" if result.generation.finish_reason == FinishReason.CANCELLED
-                  else "ok" if result.finished else "no suggestion: rewrite unfinished (nextEditMaxNewTokens)")
+                  else "ok" if result.finished else "no suggestion: rewrite unfinished (nextEdit.maxNewTokens)")
         if status == "ok" and not result.edits:
             status = "ok: no change"
         handler_ms = span.elapsed_ms

@@ -59,7 +59,7 @@ def setup_plugin(nvim, tmp_path: Path, **settings) -> Path:
     nvim.exec_lua(  # `...` inside a table constructor would give every field the first argument
         "local cmd, settings = ...; require('speclsp').setup({ cmd = cmd, debounce_ms = 20, settings = settings })",
         [sys.executable, "-m", "lsp_server.cli", "serve"],
-        {"drafter": "auto", "maxNewTokens": 16, **STARTER_OPTIONS, **settings},
+        {"decoding.drafter": "auto", "completion.maxNewTokens": 16, **STARTER_OPTIONS, **settings},
     )
     nvim.command(f"edit {path}")
     wait_for(nvim, "(require('speclsp').server_status() or {}).state == 'ready'")
@@ -137,7 +137,7 @@ def test_accept_word_keeps_the_rest_shown(nvim, tmp_path):
 
 def test_typing_supersedes_and_cancels_the_request_in_flight(nvim, tmp_path):
     # Long completions keep the first request in flight while we type over it.
-    setup_plugin(nvim, tmp_path, maxNewTokens=400, drafter="none")
+    setup_plugin(nvim, tmp_path, **{"completion.maxNewTokens": 400, "decoding.drafter": "none"})
     nvim.command("normal! 19G$")
     nvim.input("a")
     wait_for(nvim, "require('speclsp').pending()", timeout=30, interval=0.005)

@@ -26,7 +26,7 @@ def test_rename_a_parameter_preview_and_accept_renames_it_through_the_function(n
     path.write_text(SOURCE, encoding="utf-8")
     nvim.exec_lua("local cmd, settings = ...; require('speclsp').setup({ cmd = cmd, settings = settings })",
                   [sys.executable, "-m", "lsp_server.cli", "serve"],
-                  {"model": TARGET, "draftModel": DRAFT, "device": "cpu"})
+                  {"model": {"target": TARGET, "draft": DRAFT, "device": "cpu"}})
     nvim.command(f"edit {path}")
     wait_for(nvim, "(require('speclsp').server_status() or {}).state == 'ready'", timeout=900)
     nvim.command("normal! gg0")

@@ -175,7 +175,8 @@ def test_a_suggestion_the_typed_text_no_longer_fits_is_not_shown(open_workbench)
 def test_the_extension_runs_in_restricted_mode_without_the_workspaces_command_or_modules(open_workbench, tmp_path):
     marker = tmp_path / "workspace-code-ran"
     workspace_settings = {"speclsp.server.command": ["/bin/sh", "-c", f"touch {marker}"],
-                          "speclsp.model": "/nonexistent/model", "speclsp.maxNewTokens": 3}
+                          "speclsp.model.target": "/nonexistent/model",
+                          "speclsp.completion.maxNewTokens": 3}
     # Modules that `python -m` would load from its working folder before the real ones.
     planted = f"open({str(marker)!r}, 'w').close()\n"
     files = {"versions.py": SOURCE, ".vscode/settings.json": json.dumps(workspace_settings),
@@ -188,8 +189,8 @@ def test_the_extension_runs_in_restricted_mode_without_the_workspaces_command_or
     assert not marker.exists()
     initialize = next(m["message"] for m in bench.messages() if m["message"].get("method") == "initialize")
     options = initialize["params"]["initializationOptions"]
-    assert options["maxNewTokens"] == 3  # a setting that runs nothing still comes from the workspace
-    assert options["model"] == "starter"
+    assert options["completion"]["maxNewTokens"] == 3  # a setting that runs nothing still comes from the workspace
+    assert options["model"]["target"] == "starter"
 
 
 def stub_server(tmp_path: Path, ready_lag: int | None = None) -> list[str]:

@@ -33,8 +33,8 @@ def keep_screenshot(path: Path, name: str) -> None:
 
 def test_real_models_ghost_text_and_a_next_edit_in_vscode(open_workbench, tmp_path, real_dirs):  # noqa: F811
     bench = open_workbench({"versions.py": SOURCE, "summary.py": RENAME_SOURCE},
-                           {"speclsp.model": TARGET, "speclsp.draftModel": DRAFT, "speclsp.device": "cpu",
-                            "speclsp.completionModel": "target"})  # the 1.5B writes (auto: the 0.5B on a CPU)
+                           {"speclsp.model.target": TARGET, "speclsp.model.draft": DRAFT, "speclsp.model.device": "cpu",
+                            "speclsp.completion.model": "target"})  # the 1.5B writes (auto: the 0.5B on a CPU)
     start_function(bench)
     status = wait_ready(bench, timeout=900)
     assert f"target={TARGET}" in status and f"draft={DRAFT}" in status

@@ -4,50 +4,97 @@
 import * as os from "os";
 import * as path from "path";
 
-/** Server settings, named as the server reads them (camelCase keys of section `speclsp`). */
+/** Server settings, named as the server reads them: `group.key` of section `speclsp` (lsp_server/settings/spec.py). */
 export const SERVER_SETTINGS = [
-  "model",
-  "draftModel",
-  "device",
-  "dtype",
-  "quantization",
-  "engine",
-  "completionModel",
-  "trustRemoteCode",
-  "drafter",
-  "maxNewTokens",
-  "temperature",
-  "topK",
-  "topP",
-  "maxDraftTokens",
-  "draftMinConfidence",
-  "tokenHealing",
-  "promptLayout",
-  "promptTailLines",
-  "completeAhead",
-  "timeBudgetMs",
-  "prefixTokens",
-  "suffixTokens",
-  "traceLevel",
-  "traceFile",
-  "extraTokens",
-  "indexEnabled",
-  "indexInclude",
-  "indexExclude",
-  "maxFileBytes",
-  "indexMaxTokens",
-  "backend",
-  "endpoint",
-  "apiKeyEnv",
-  "remoteModel",
-  "remoteTimeoutSeconds",
-  "nextEditRegionLines",
-  "nextEditPromptFormat",
-  "nextEditPrefill",
-  "nextEditSuggestAhead",
-  "nextEditModel",
-  "nextEditMaxNewTokens",
+  "model.target",
+  "model.draft",
+  "model.device",
+  "model.dtype",
+  "model.quantization",
+  "model.engine",
+  "model.trustRemoteCode",
+  "decoding.drafter",
+  "decoding.maxDraftTokens",
+  "decoding.draftMinConfidence",
+  "decoding.temperature",
+  "decoding.topK",
+  "decoding.topP",
+  "completion.model",
+  "completion.maxNewTokens",
+  "completion.prefixTokens",
+  "completion.suffixTokens",
+  "completion.extraTokens",
+  "completion.tokenHealing",
+  "completion.promptLayout",
+  "completion.promptTailLines",
+  "completion.ahead",
+  "completion.timeBudgetMs",
+  "nextEdit.model",
+  "nextEdit.regionLines",
+  "nextEdit.promptFormat",
+  "nextEdit.maxNewTokens",
+  "nextEdit.prefill",
+  "nextEdit.suggestAhead",
+  "index.enabled",
+  "index.include",
+  "index.exclude",
+  "index.maxFileBytes",
+  "index.maxTokens",
+  "trace.level",
+  "trace.file",
+  "remote.backend",
+  "remote.endpoint",
+  "remote.apiKeyEnv",
+  "remote.model",
+  "remote.timeoutSeconds",
 ] as const;
+
+/**
+ * The flat names of the release before and their keys now. Deprecated in the manifest; a value the user
+ * still has under one is forwarded by that name, and the server warns with the new key.
+ */
+export const RENAMED_SETTINGS: Readonly<Record<string, string>> = {
+  draftModel: "model.draft",
+  device: "model.device",
+  dtype: "model.dtype",
+  quantization: "model.quantization",
+  engine: "model.engine",
+  trustRemoteCode: "model.trustRemoteCode",
+  drafter: "decoding.drafter",
+  maxDraftTokens: "decoding.maxDraftTokens",
+  draftMinConfidence: "decoding.draftMinConfidence",
+  temperature: "decoding.temperature",
+  topK: "decoding.topK",
+  topP: "decoding.topP",
+  completionModel: "completion.model",
+  maxNewTokens: "completion.maxNewTokens",
+  prefixTokens: "completion.prefixTokens",
+  suffixTokens: "completion.suffixTokens",
+  extraTokens: "completion.extraTokens",
+  tokenHealing: "completion.tokenHealing",
+  promptLayout: "completion.promptLayout",
+  promptTailLines: "completion.promptTailLines",
+  completeAhead: "completion.ahead",
+  timeBudgetMs: "completion.timeBudgetMs",
+  nextEditModel: "nextEdit.model",
+  nextEditRegionLines: "nextEdit.regionLines",
+  nextEditPromptFormat: "nextEdit.promptFormat",
+  nextEditMaxNewTokens: "nextEdit.maxNewTokens",
+  nextEditPrefill: "nextEdit.prefill",
+  nextEditSuggestAhead: "nextEdit.suggestAhead",
+  indexEnabled: "index.enabled",
+  indexInclude: "index.include",
+  indexExclude: "index.exclude",
+  maxFileBytes: "index.maxFileBytes",
+  indexMaxTokens: "index.maxTokens",
+  traceLevel: "trace.level",
+  traceFile: "trace.file",
+  backend: "remote.backend",
+  endpoint: "remote.endpoint",
+  apiKeyEnv: "remote.apiKeyEnv",
+  remoteModel: "remote.model",
+  remoteTimeoutSeconds: "remote.timeoutSeconds",
+};
 
 /** Settings the extension itself uses; changing one restarts the server. */
 export const CLIENT_SETTINGS = ["server.command", "server.pythonPath"] as const;
@@ -56,19 +103,28 @@ export const CLIENT_SETTINGS = ["server.command", "server.pythonPath"] as const;
 export type SettingReader = (key: string) => unknown;
 
 /**
- * The object sent as `initializationOptions` and in `workspace/didChangeConfiguration`
- * (as `{speclsp: ...}`): every server setting that has a value. Client-only settings never go to
- * the server, which would warn about unknown keys.
+ * The object sent as `initializationOptions` and in `workspace/didChangeConfiguration` (as
+ * `{speclsp: ...}`): every server setting that has a value, nested by group (`{completion: {maxNewTokens:
+ * 64}}`), plus the deprecated flat names the user set (`readSet`: only a value the user wrote, never a
+ * default). Client-only settings never go to the server, which would warn about unknown keys.
  */
-export function serverSettings(read: SettingReader): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
+export function serverSettings(read: SettingReader, readSet: SettingReader = () => undefined): Record<string, unknown> {
+  const out: Record<string, Record<string, unknown>> = {};
   for (const key of SERVER_SETTINGS) {
     const value = read(key);
     if (value !== undefined && value !== null) {
-      out[key] = value;
+      const [group, name] = key.split(".");
+      out[group] = { ...out[group], [name]: value };
     }
   }
-  return out;
+  const flat: Record<string, unknown> = {};
+  for (const old of Object.keys(RENAMED_SETTINGS)) {
+    const value = readSet(old);
+    if (value !== undefined && value !== null) {
+      flat[old] = value;
+    }
+  }
+  return { ...flat, ...out };
 }
 
 export interface ServerCommand {

@@ -30,6 +30,12 @@ function readSetting(key: string): unknown {
   return vscode.workspace.getConfiguration(SECTION).get(key);
 }
 
+/** A setting's value only where the user (or the workspace) wrote one, never its default. */
+function readUserSetting(key: string): unknown {
+  const seen = vscode.workspace.getConfiguration(SECTION).inspect(key);
+  return seen?.workspaceFolderValue ?? seen?.workspaceValue ?? seen?.globalValue;
+}
+
 function showStatus(status: ServerStatus): void {
   const view = statusView(status);
   statusItem.text = view.text;
@@ -60,7 +66,7 @@ function createClient(context: vscode.ExtensionContext): LanguageClient {
   };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
-    initializationOptions: serverSettings(readSetting),
+    initializationOptions: serverSettings(readSetting, readUserSetting),
     outputChannelName: "speclsp",
     traceOutputChannel: vscode.window.createOutputChannel("speclsp trace", { log: true }),
   };
@@ -120,7 +126,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         await vscode.commands.executeCommand("speclsp.restartServer");
       } else if (client.isRunning()) {
         await client.sendNotification(DidChangeConfigurationNotification.type, {
-          settings: { [SECTION]: serverSettings(readSetting) },
+          settings: { [SECTION]: serverSettings(readSetting, readUserSetting) },
         });
       }
     }),

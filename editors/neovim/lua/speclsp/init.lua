@@ -1,6 +1,6 @@
 -- speclsp for Neovim: starts `speclsp serve` and shows its inline completions as ghost text.
 --
---   require("speclsp").setup({ cmd = { "speclsp", "serve" }, settings = { drafter = "auto" } })
+--   require("speclsp").setup({ cmd = { "speclsp", "serve" }, settings = { decoding = { drafter = "auto" } } })
 --
 -- Neovim 0.12+ uses the built-in `vim.lsp.inline_completion`; older versions (0.7+) request
 -- `textDocument/inlineCompletion` here (debounced, cancelling the previous request), draw ghost text
@@ -19,7 +19,11 @@ local M = {}
 
 local defaults = {
   cmd = { "speclsp", "serve" }, -- how to start the server
-  settings = {}, -- server settings (the `speclsp` section: model, draftModel, drafter, maxNewTokens...)
+  -- Server settings (the `speclsp` section) by group; every group and key with its default in
+  -- docs/settings.md (generated from lsp_server/settings/spec.py). E.g.
+  --   settings = { model = { target = "auto", draft = "auto" }, decoding = { drafter = "auto" },
+  --                completion = { maxNewTokens = 64 } }
+  settings = {},
   filetypes = nil, -- list of filetypes to attach to; nil: every buffer with a file
   debounce_ms = 75, -- quiet time after a keystroke before asking
   keys = { accept = "<Tab>", accept_word = "<C-Right>", accept_line = "<C-Down>", dismiss = "<C-]>" },

@@ -3,10 +3,11 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 
-import { CLIENT_SETTINGS, SERVER_SETTINGS, expandPath, needsRestart, resolveServerCommand, serverSettings } from "../config";
+import { CLIENT_SETTINGS, RENAMED_SETTINGS, SERVER_SETTINGS, expandPath, needsRestart, resolveServerCommand, serverSettings } from "../config";
 
 const packageJson = JSON.parse(fs.readFileSync(path.join(__dirname, "..", "..", "package.json"), "utf8"));
-const properties: Record<string, { default: unknown }> = packageJson.contributes.configuration.properties;
+const properties: Record<string, { default?: unknown; deprecationMessage?: string }> =
+  packageJson.contributes.configuration.properties;
 
 function reader(values: Record<string, unknown>) {
   return (key: string) => values[key];
@@ -14,22 +15,33 @@ function reader(values: Record<string, unknown>) {
 
 test("every contributed setting is either sent to the server or used by the client", () => {
   const contributed = Object.keys(properties).map((key) => key.replace(/^speclsp\./, ""));
-  const known = [...SERVER_SETTINGS, ...CLIENT_SETTINGS, "trace.server"];
+  const known = [...SERVER_SETTINGS, ...Object.keys(RENAMED_SETTINGS), ...CLIENT_SETTINGS, "trace.server"];
   assert.deepEqual([...contributed].sort(), [...known].sort());
 });
 
-test("serverSettings sends the server's keys only, never client settings", () => {
-  const values: Record<string, unknown> = { "server.command": ["x"], "server.pythonPath": "/py", model: "/m", topP: 0.9 };
-  assert.deepEqual(serverSettings(reader(values)), { model: "/m", topP: 0.9 });
+test("serverSettings sends the server's keys only, nested by group, never client settings", () => {
+  const values: Record<string, unknown> = {
+    "server.command": ["x"], "server.pythonPath": "/py", "model.target": "/m", "decoding.topP": 0.9,
+  };
+  assert.deepEqual(serverSettings(reader(values)), { model: { target: "/m" }, decoding: { topP: 0.9 } });
+});
+
+test("serverSettings forwards a renamed setting only where the user set it, by its old name", () => {
+  const user = reader({ maxNewTokens: 7, "server.command": ["x"] });
+  assert.deepEqual(serverSettings(reader({ "model.target": "/m" }), user), { maxNewTokens: 7, model: { target: "/m" } });
+  assert.equal(RENAMED_SETTINGS.maxNewTokens, "completion.maxNewTokens");
+  assert.equal(properties["speclsp.maxNewTokens"].deprecationMessage?.includes("speclsp.completion.maxNewTokens"), true);
 });
 
 test("serverSettings with package.json defaults gives every server key", () => {
   const defaults = Object.fromEntries(Object.entries(properties).map(([k, v]) => [k.replace(/^speclsp\./, ""), v.default]));
   const sent = serverSettings(reader(defaults));
-  assert.deepEqual(Object.keys(sent).sort(), [...SERVER_SETTINGS].sort());
-  assert.equal(sent.model, "auto");
-  assert.equal(sent.draftModel, "auto");
-  assert.equal(sent.trustRemoteCode, false);
+  const keys = Object.entries(sent).flatMap(([group, inner]) => Object.keys(inner as object).map((k) => `${group}.${k}`));
+  assert.deepEqual(keys.sort(), [...SERVER_SETTINGS].sort());
+  const model = sent.model as Record<string, unknown>;
+  assert.equal(model.target, "auto");
+  assert.equal(model.draft, "auto");
+  assert.equal(model.trustRemoteCode, false);
 });
 
 test("resolveServerCommand: explicit command wins, with ~ and ${workspaceFolder} expanded", () => {
@@ -63,5 +75,5 @@ test("expandPath leaves other text alone", () => {
 
 test("needsRestart only for the client's own settings", () => {
   assert.equal(needsRestart((s) => s === "speclsp.server.pythonPath"), true);
-  assert.equal(needsRestart((s) => s === "speclsp.model"), false);
+  assert.equal(needsRestart((s) => s === "speclsp.model.target"), false);
 });
