@@ -34,7 +34,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from decoding.draft_length import VerifyCost
 from decoding.drafters.base import Draft, DraftContext, Drafter
 from decoding.healing import Healing, TokenBytes
-from decoding.kv_cache import cache_state, logits_width
+from decoding.kv_cache import CacheState, cache_state, logits_width
 from decoding.sampling import processed_probs
 from decoding.stats import GenerationStats
 from decoding.tree import DraftTree, tree_attention, tree_verify
@@ -219,7 +219,7 @@ class SpeculativeGenerator:
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
         self.model = model
         self.tokenizer = tokenizer
-        self.state = cache_state(model)
+        self.state: CacheState = cache_state(model)
         self.default_stop_ids = end_of_sequence_ids(model, tokenizer)
         self.verify_cost = VerifyCost()  # the verify passes' times: the cost model's verify part
 
@@ -295,7 +295,7 @@ class SpeculativeGenerator:
         t0 = time.perf_counter()
         prefill = self.state.prefill(run.committed, run.config.prefill_chunk_tokens, should_stop)
         run.stats.prefill_reused = prefill.reused
-        run.stats.prompt_passes = list(getattr(self.state, "history", ()))  # a llama.cpp state keeps none
+        run.stats.prompt_passes = list(self.state.history)  # empty for a llama.cpp state (it keeps none)
         run.stats.prefill_computed = len(run.committed) - prefill.reused  # the last: fed by the first round
         if prefill.stopped:
             run.output.finish_reason = FINISH_CANCELLED

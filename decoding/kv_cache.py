@@ -18,20 +18,56 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from decoding.types import (
-    common_prefix_length,  # defined there (torch-free); imported here too
-)
+from decoding.types import common_prefix_length
 
 
-def cache_state(model) -> KVCacheState:
+@runtime_checkable
+class OwnsCacheState(Protocol):
+    """A model that brings its own kind of cache state (:class:`decoding.weights.llama_cpp_model.LlamaCppModel`)."""
+
+    def new_state(self) -> CacheState: ...
+
+
+class CacheState(Protocol):
+    """The seam the generation loop drives: one model's KV cache and the token ids it covers.
+
+    Implemented by :class:`KVCacheState` (a transformers model) and
+    :class:`decoding.weights.llama_cpp_model.LlamaCppState` (llama.cpp). Invariant: after every operation
+    the cache holds exactly the positions of ``token_ids``.
+    """
+
+    model: Any
+    token_ids: list[int]
+    #: The forward passes that computed the cached positions, in order: (tokens fed, positions still
+    #: cached, a tree pass); empty where the engine does not record them (llama.cpp).
+    history: list[tuple[int, int, bool]]
+
+    def __len__(self) -> int: ...
+
+    def rollback(self, keep: int) -> None: ...
+
+    def keep(self, prefix: int, extra: list[int]) -> None: ...
+
+    def common_prefix(self, token_ids: list[int]) -> int: ...
+
+    def sync(self, token_ids: list[int]) -> list[int]: ...
+
+    def prefill(self, token_ids: list[int], chunk_tokens: int = 0, should_stop: Callable[[], bool] | None = None,
+                preempt: Callable[[], bool] | None = None) -> Prefill: ...
+
+    def forward(self, new_ids: list[int], logits_to_keep: int = 0, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor: ...
+
+
+def cache_state(model) -> CacheState:
     """A fresh cache state for ``model``: a transformers model's :class:`KVCacheState`, or the model's own
-    kind of state where it brings one (``model.new_state()``: :mod:`decoding.weights.llama_cpp_model`)."""
-    new_state = getattr(model, "new_state", None)
-    return new_state() if new_state is not None else KVCacheState(model)
+    kind of state where it brings one (:class:`OwnsCacheState`)."""
+    return model.new_state() if isinstance(model, OwnsCacheState) else KVCacheState(model)
 
 
 def logits_width(model) -> int:

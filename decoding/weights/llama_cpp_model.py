@@ -200,6 +200,7 @@ class LlamaCppState(KVCacheState):
         self._memory = self._lib.llama_get_memory(self._context)
         self._batch = self._lib.llama_batch_init(BATCH_TOKENS, 0, 1)
         self.token_ids: list[int] = []
+        self.history: list[tuple[int, int, bool]] = []  # llama.cpp's passes are not recorded (CacheState)
 
     def rollback(self, keep: int) -> None:
         """Drop cached positions so that exactly the first ``keep`` tokens remain.

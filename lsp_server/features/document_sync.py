@@ -20,37 +20,35 @@ if TYPE_CHECKING:
     from lsp_server.server import SpeclspServer
 
 
-def register(server: SpeclspServer) -> None:
-    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: SpeclspServer, params: types.DidOpenTextDocumentParams) -> None:
-        ls.pipeline.document_opened(ls.store.open(params.text_document))
+def did_open(ls: SpeclspServer, params: types.DidOpenTextDocumentParams) -> None:
+    ls.pipeline.document_opened(ls.store.open(params.text_document))
 
-    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: SpeclspServer, params: types.DidChangeTextDocumentParams | MalformedChange) -> None:
-        if isinstance(params, MalformedChange):
-            lost_change(ls, params)
-            return
-        uri = params.text_document.uri
-        ls.pipeline.cancel_document(uri)  # the text the generations and work ahead started from is gone
-        before, applied = ls.store.get(uri), []
-        try:
-            after = ls.store.change(params, codec_for(ls.pipeline.position_encoding), applied)
-        except KeyError:
-            ls.tracer.message(f"[speclsp] didChange for {ls.names(uri)}, which is not open; ignored",
-                              types.MessageType.Warning)
-            return
-        if before is not None and before.in_sync and after.in_sync:  # the user's recent edits, for next edits
-            ls.next_edits.history.record(before, after, applied)
-        one = len(applied) == 1 and isinstance(params.content_changes[0], types.TextDocumentContentChangePartial)
-        cursor = applied[0][0] + len(applied[0][2]) if one else None  # the cursor after it
-        ls.completions.changed(after, cursor)
-        ls.next_edits.changed(after, cursor)
 
-    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls: SpeclspServer, params: types.DidCloseTextDocumentParams) -> None:
-        uri = params.text_document.uri
-        ls.store.close(uri)
-        ls.pipeline.document_closed(uri)  # the services forget it, and the session its text and caches
+def did_change(ls: SpeclspServer, params: types.DidChangeTextDocumentParams | MalformedChange) -> None:
+    if isinstance(params, MalformedChange):
+        lost_change(ls, params)
+        return
+    uri = params.text_document.uri
+    ls.pipeline.cancel_document(uri)  # the text the generations and work ahead started from is gone
+    before, applied = ls.store.get(uri), []
+    try:
+        after = ls.store.change(params, codec_for(ls.pipeline.position_encoding), applied)
+    except KeyError:
+        ls.tracer.message(f"[speclsp] didChange for {ls.names(uri)}, which is not open; ignored",
+                          types.MessageType.Warning)
+        return
+    if before is not None and before.in_sync and after.in_sync:  # the user's recent edits, for next edits
+        ls.next_edits.history.record(before, after, applied)
+    one = len(applied) == 1 and isinstance(params.content_changes[0], types.TextDocumentContentChangePartial)
+    cursor = applied[0][0] + len(applied[0][2]) if one else None  # the cursor after it
+    ls.completions.changed(after, cursor)
+    ls.next_edits.changed(after, cursor)
+
+
+def did_close(ls: SpeclspServer, params: types.DidCloseTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    ls.store.close(uri)
+    ls.pipeline.document_closed(uri)  # the services forget it, and the session its text and caches
 
 
 def lost_change(ls: SpeclspServer, malformed: MalformedChange) -> None:
@@ -69,3 +67,9 @@ def lost_change(ls: SpeclspServer, malformed: MalformedChange) -> None:
         return
     ls.tracer.message(f"[speclsp] didChange for {name} could not be read ({malformed}); no completions "
                       "for it until it is reopened or its full text is sent", types.MessageType.Error)
+
+
+def register(server: SpeclspServer) -> None:
+    server.feature(types.TEXT_DOCUMENT_DID_OPEN)(did_open)
+    server.feature(types.TEXT_DOCUMENT_DID_CHANGE)(did_change)
+    server.feature(types.TEXT_DOCUMENT_DID_CLOSE)(did_close)

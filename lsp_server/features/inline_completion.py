@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 
 async def inline_completion(ls: SpeclspServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
-    automatic = params.context is not None and params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
+    context = params.context
+    automatic = context is not None and context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
     answer = await ls.completions.complete("inlineCompletion", params.text_document.uri, params.position, automatic)
     if answer is None:
         return types.InlineCompletionList(items=[])
