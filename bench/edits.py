@@ -273,9 +273,9 @@ def add_parser(kinds) -> None:
                        help="leave out the run after the prompt was computed ahead (the ready latency)")
     edits.add_argument("--ask-after", type=float, default=2.0,
                        help="ready: the request comes this many seconds after the edit (the prompt's background "
-                            "prefill has run since the burst was taken to end, nextEditPrefill)")
+                            "prefill has run since the burst was taken to end, nextEdit.prefill)")
     edits.add_argument("--cases", type=int, default=15, help="cases per workload")
-    edits.add_argument("--region-lines", type=int, default=20, help="the rewritten region's size, as nextEditRegionLines")
+    edits.add_argument("--region-lines", type=int, default=20, help="the rewritten region's size, as nextEdit.regionLines")
     edits.add_argument("--max-new-tokens", type=int, default=512)
     edits.add_argument("--seed", type=int, default=0)
     edits.add_argument("--quick", action="store_true", help="3 cases per workload")

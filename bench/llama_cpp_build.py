@@ -16,10 +16,10 @@ Cache layout (root: :func:`decoding.weights.gguf_models.cache_root`)::
 
 A build runs in a temporary sibling directory renamed into place when complete, under a file lock, so
 a killed build is never taken for a done one. It is a benchmark peer, not a runtime dependency; where
-it is built, the ``engine: llama.cpp`` setting loads its libllama (:data:`decoding.weights.llama_cpp_model.PEER_LIBRARIES`).
+it is built, the ``model.engine: llama.cpp`` setting loads its libllama (:data:`decoding.weights.llama_cpp_model.PEER_LIBRARIES`).
 
 :func:`install_binding` installs llama-cpp-python (the same llama.cpp as a Python binding, for the
-``engine: llama.cpp`` setting) into the running Python with the same instruction-set flags.
+``model.engine: llama.cpp`` setting) into the running Python with the same instruction-set flags.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ CMAKE_FLAGS = (
     "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
     "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN")
 STAMP = PEER_STAMP
-#: llama.cpp as a Python binding: the kernels of the ``engine: llama.cpp`` setting (decoding/weights/llama_cpp_model.py).
+#: llama.cpp as a Python binding: the kernels of the ``model.engine: llama.cpp`` setting (decoding/weights/llama_cpp_model.py).
 BINDING = "llama-cpp-python==0.3.36"
 #: The same instruction sets; only the library the binding loads (no tools, examples, server or llava).
 BINDING_CMAKE_FLAGS = (*(flag for flag in CMAKE_FLAGS if "RPATH" not in flag), "-DLLAVA_BUILD=OFF",

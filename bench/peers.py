@@ -1,7 +1,7 @@
 """``speclsp bench peers``: build llama.cpp (the benchmark peer), say what is built, and a smoke run.
 
 ``--build`` builds it once into the cache (or reports the cached build) and installs llama-cpp-python
-(the ``engine: llama.cpp`` setting's kernels) when it is not installed; ``--status`` lists the build
+(the ``model.engine: llama.cpp`` setting's kernels) when it is not installed; ``--status`` lists the build
 and the assembled GGUF files; ``--smoke`` runs one greedy completion of a fixed code prompt on the
 1.5B pack with llama.cpp plain, with its n-gram speculation and with the 0.5B as draft model, and
 prints tokens/s and drafted/accepted tokens. Results go to stdout, progress to stderr.

@@ -1,6 +1,6 @@
 """Plain replays of the completions a server answered: is each one plain decoding of its own prompt?
 
-The server's trace file at ``traceLevel: verbose`` holds, per answered completion, what a replay needs
+The server's trace file at ``trace.level: verbose`` holds, per answered completion, what a replay needs
 (``replay``: the target, the prompt and output token ids, the stops, the length cap and the token-healing
 text; :func:`lsp_server.tracing.replay_record`). :func:`check_replays` decodes each prompt again with
 ``--drafter none`` (the target alone, one token a step, under the same healing constraint, from a cold

@@ -2,10 +2,10 @@
 run a pass over them.
 
 A path is a way to load a model for our loop: torch with bfloat16 weights (the default), torch with
-quantised linear layers (the ``quantization`` setting's ``int8``, ``int4``, ``int8-hybrid`` and ``int4-hybrid``,
+quantised linear layers (the ``model.quantization`` setting's ``int8``, ``int4``, ``int8-hybrid`` and ``int4-hybrid``,
 and two candidates not offered as a setting until they win: ``int8_dynamic``, int8 activations and
 weights through ``torch._int_mm``, and ``da8w4``, int8 activations and int4 weights through torchao's
-``da8w4_linear_cpu`` kernel), eager or under ``torch.compile``; or llama.cpp (``engine: llama.cpp``) on
+``da8w4_linear_cpu`` kernel), eager or under ``torch.compile``; or llama.cpp (``model.engine: llama.cpp``) on
 a GGUF file: the pack's own Q4_K_M, or Q4_0 / Q8_0 written from the pack's weights by
 :mod:`bench.gguf_requant` (kept under the cache root, written once).
 

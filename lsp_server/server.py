@@ -261,7 +261,7 @@ class SpeclspServer(LanguageServer):
             self.tracer.message(f"[speclsp] {warning}", types.MessageType.Warning)
 
     def trace_value(self) -> str:
-        """The effective trace value: the client's, or the ``traceLevel`` setting when the client's is off."""
+        """The effective trace value: the client's, or the ``trace.level`` setting when the client's is off."""
         client = getattr(self.protocol, "trace", None)
         client = getattr(client, "value", client) or "off"
         return client if client != "off" else self.settings.trace_level

@@ -12,8 +12,8 @@
 * ``$/logTrace``: when the trace value is ``messages``, the same line; when ``verbose``, the line plus
   a JSON ``verbose`` field with every figure and the completion text (code text appears only here,
   and in the trace file at verbose level). The trace value is the client's (``initialize`` ``trace``
-  or ``$/setTrace``); when the client leaves it ``off``, the ``traceLevel`` setting applies.
-* ``traceFile`` setting: one JSON object per request appended to that file.
+  or ``$/setTrace``); when the client leaves it ``off``, the ``trace.level`` setting applies.
+* ``trace.file`` setting: one JSON object per request appended to that file.
 
 A request's ``total`` runs from the moment the server has read and decoded its JSON-RPC message to
 the moment the answer is written to the pipe (:class:`RpcClock`); ``rpc_in`` and ``rpc_out`` are the

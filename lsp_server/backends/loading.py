@@ -8,13 +8,13 @@
 * ``openai`` / ``llamacpp-infill``: no model is loaded; generation goes to a remote serving engine
   (:mod:`lsp_server.backends.openai`, :mod:`lsp_server.backends.llamacpp_infill`). The prompt is still
   ours, budgeted in tokens and rendered in the model's FIM format, so the model's own tokenizer is
-  loaded: the one of the ``model`` setting (a pack, a model directory, a ``.gguf`` file or a hub id);
+  loaded: the one of the ``model.target`` setting (a pack, a model directory, a ``.gguf`` file or a hub id);
   ``auto`` takes the installed Qwen2.5-Coder pack's (the 1.5B's, else the 0.5B's: one tokenizer for the
   whole family). Without it the backend does not start (a clear error): a character budget would not
   know the model's FIM tokens, and a prompt in another format would get poor completions.
 
 ``next_edit_model`` (local only): next edits are written by a model of their own (an edit-trained model, in
-the prompt format of ``nextEditPromptFormat``), loaded as a target without a draft model: the region
+the prompt format of ``nextEdit.promptFormat``), loaded as a target without a draft model: the region
 and the n-gram store draft for it, and its output is exactly its own greedy (or sampled) output.
 """
 

@@ -103,7 +103,7 @@ class Backoff:
 
 
 def load_model_tokenizer(model: str, on_stage: Callable[[str], None] | None = None):
-    """(tokenizer, capabilities) of the model the remote engine serves, from the ``model`` setting
+    """(tokenizer, capabilities) of the model the remote engine serves, from the ``model.target`` setting
     (see :mod:`lsp_server.backends.loading`); no weights are loaded.
 
     Raises:

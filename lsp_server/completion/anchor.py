@@ -1,6 +1,6 @@
 """Prompt anchors: where a document's typed-tail prompt is cut, kept from keystroke to keystroke.
 
-The typed-tail layout (``promptLayout: "tail"``; EFIM, Wang et al. 2025, arXiv 2505.21889) is
+The typed-tail layout (``completion.promptLayout: "tail"``; EFIM, Wang et al. 2025, arXiv 2505.21889) is
 ``[header] <|fim_prefix|>`` text before the anchor ``<|fim_suffix|>`` text after the cursor
 ``<|fim_middle|>`` text typed since the anchor. While the user types at the cursor, the text before the
 anchor and the text after the cursor stay what they were, so the KV cache up to ``<|fim_middle|>`` is
@@ -11,7 +11,7 @@ An anchor is a line start, before the line's indentation: a prompt that ends ins
 token boundary the model never saw in training, while a line start is one for Qwen2.5-Coder's
 pre-tokeniser (the line break ends its pre-token). An anchor is kept while the cursor is at or after
 it, the text before it and the text after the cursor are the ones it was set with, and the tail holds at
-most ``max_lines`` line breaks (the ``promptTailLines`` setting) and ``MAX_TAIL_CHARS`` characters; otherwise a new one is set at the
+most ``max_lines`` line breaks (the ``completion.promptTailLines`` setting) and ``MAX_TAIL_CHARS`` characters; otherwise a new one is set at the
 start of the cursor's line (the cursor left the typed run, text before it was deleted, the text after the
 cursor changed, or the tail grew long).
 

@@ -64,7 +64,7 @@ def postprocess(text: str, prompt: Prompt, mode: Mode, language_id: str,
 
 
 #: Model families the typed-tail prompt passed the quality gate on (docs/performance.md#the-typed-tail-prompt);
-#: ``promptLayout: auto`` gives them ``tail`` and any other model (e.g. the starter pair, trained on PSM) ``psm``.
+#: ``completion.promptLayout: auto`` gives them ``tail`` and any other model (e.g. the starter pair, trained on PSM) ``psm``.
 TAIL_FAMILIES = ("qwen2.5-coder",)
 
 

@@ -129,14 +129,14 @@ class ModelSession:
 
         * At the end of a line: the line after Enter (:func:`lsp_server.request.after_enter`). Its prompt
           goes into the document's spare KV cache, beside the prompt in use, unless the typed-tail anchor
-          holds for it (``promptTailLines`` above 0: the tail only grows by the line break); then that line
+          holds for it (``completion.promptTailLines`` above 0: the tail only grows by the line break); then that line
           is completed. After Enter, the request reuses the prompt instead of computing the suffix again
           (every prompt layout: the line start is a token boundary, and healing backs off the indentation),
           and the completion is its ``#output`` draft: when the indentation was guessed right, one verify
           pass answers it.
         * Elsewhere, when a new anchor would lie after the kept one: the prompt anchored anew goes into the
           spare (a re-anchor in idle time), so that when the tail outgrows
-          ``promptTailLines``, the new anchor's prompt is there (:meth:`lsp_server.completion.anchor.
+          ``completion.promptTailLines``, the new anchor's prompt is there (:meth:`lsp_server.completion.anchor.
           AnchorBook.anchor_for` takes the spare anchor).
         """
         stop = should_stop or request.cancelled.is_set

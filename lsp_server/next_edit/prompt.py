@@ -8,7 +8,7 @@ rewrites the region with the recent edits carried through it, and the region is 
 (``draft_ids``: its tokens, then the end marker's), with the latest edit carried through it where it is
 recognised (:func:`predicted_region`).
 
-The format (:mod:`lsp_server.next_edit.formats`) is the ``nextEditPromptFormat`` setting; ``auto`` picks
+The format (:mod:`lsp_server.next_edit.formats`) is the ``nextEdit.promptFormat`` setting; ``auto`` picks
 ``chat`` for a model with a chat template and ``plain`` for a code model with fill-in-the-middle tokens;
 any other model: :class:`NextEditUnsupported`. (``speclsp bench edits`` compares the formats on its
 development set: docs/next-edit.md.)
@@ -133,7 +133,7 @@ def predicted_region(region: str, diffs) -> str:
 
 
 def choose_format(setting: str, capabilities: ModelCapabilities) -> str:
-    """The prompt format for the ``nextEditPromptFormat`` setting and the loaded model.
+    """The prompt format for the ``nextEdit.promptFormat`` setting and the loaded model.
 
     Raises:
         NextEditUnsupported: the model has neither a chat template nor fill-in-the-middle tokens, or the

@@ -4,7 +4,7 @@ After the pipeline's resolution and guards (:mod:`lsp_server.requests.pipeline`)
 region around the cursor with the document's recent edits carried through it
 (:meth:`lsp_server.model.session.ModelSession.rewrite`; the edits are recorded here, :attr:`NextEditService.history`,
 as ``didChange`` applies them; when an edit burst ends, the prompt is computed ahead, or with
-``nextEditSuggestAhead`` the suggestion written, :mod:`lsp_server.requests.rewrite_ahead`; a request in the region of
+``nextEdit.suggestAhead`` the suggestion written, :mod:`lsp_server.requests.rewrite_ahead`; a request in the region of
 one written ahead, for the document as it was written for, is answered with it). A finished suggestion with edits is kept per document: while the
 document stays as it was, an inline completion request on the cursor's line can answer with it
 (:meth:`NextEditService.inline_replacement`).
@@ -67,7 +67,7 @@ class NextEditService:
         self.ahead.changed(document, cursor)
 
     def ready(self, request: CompletionRequest, rewrite: Rewrite) -> None:
-        """A suggestion written ahead (``nextEditSuggestAhead``) for the document as it is: keep it for the
+        """A suggestion written ahead (``nextEdit.suggestAhead``) for the document as it is: keep it for the
         request that follows in its region, and tell the client (``speclsp/nextEditReady``, params
         ``{"textDocument": {"uri", "version"}, "position"}``: where to ask)."""
         self._ready[request.uri] = NextEdit(request.document, rewrite, 0.0)

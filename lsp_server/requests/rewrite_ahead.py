@@ -15,10 +15,10 @@ recomputes only from the region on. Any other queued work makes it give way at i
 and after which guard, it starts is the scheduler's (:mod:`lsp_server.requests.work_ahead`).
 
 It computes what the request would compute (the same prompt), so exactness is the request's; what it
-can waste is one prompt's prefill for a suggestion never asked for. The ``nextEditPrefill`` setting turns
+can waste is one prompt's prefill for a suggestion never asked for. The ``nextEdit.prefill`` setting turns
 it off.
 
-With ``nextEditSuggestAhead`` (opt-in), the rewrite itself runs there (its prefill included), stopping as
+With ``nextEdit.suggestAhead`` (opt-in), the rewrite itself runs there (its prefill included), stopping as
 soon as other work queues or a change comes; a finished rewrite with edits, for a document still as it
 was, goes to ``on_ready`` (:meth:`lsp_server.requests.next_edit_service.NextEditService.ready`: kept, and the
 editor told ``speclsp/nextEditReady``).
@@ -49,7 +49,7 @@ class RewritesAhead:
     """See the module docstring. Event loop only.
 
     Args:
-        on_ready: ``on_ready(request, rewrite)``: a rewrite written ahead (``nextEditSuggestAhead``), finished,
+        on_ready: ``on_ready(request, rewrite)``: a rewrite written ahead (``nextEdit.suggestAhead``), finished,
             with edits, for a document unchanged since.
     """
 

@@ -19,7 +19,7 @@ The order, first to last:
    to send, started at the change. It does not give way (it is that request); the next change, or a
    request for another cursor of the document, cancels it.
 3. **The end of an edit burst** (:mod:`lsp_server.requests.rewrite_ahead`): a document with recent edits
-   unchanged for a pause; its next-edit prompt is computed, or (``nextEditSuggestAhead``) the suggestion
+   unchanged for a pause; its next-edit prompt is computed, or (``nextEdit.suggestAhead``) the suggestion
    written. It gives way to anything queued.
 4. **After a completion's answer** (:meth:`WorkAhead.answered`): the warm-up of the document parts the
    request deferred, once the answer is written; then, once the model thread has been idle for

@@ -128,5 +128,5 @@ def _summary(index: RepoIndex, count: int, folders: int, elapsed_ms: float, conf
                f"{elapsed_ms:.0f} ms; skipped: {skipped}")
     if index.partial:
         message += (f"; partial: stopped after {config.max_entries} directory entries (open a smaller "
-                    "folder, or exclude large directories with indexExclude)")
+                    "folder, or exclude large directories with index.exclude)")
     return message

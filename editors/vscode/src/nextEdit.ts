@@ -14,7 +14,7 @@ export const NEXT_EDIT_VISIBLE = "speclsp.nextEditVisible";
 
 export const NEXT_EDIT_METHOD = "speclsp/nextEdit";
 
-/** Server to client: a suggestion written ahead (setting `nextEditSuggestAhead`) is ready at `position`. */
+/** Server to client: a suggestion written ahead (setting `nextEdit.suggestAhead`) is ready at `position`. */
 export const NEXT_EDIT_READY_METHOD = "speclsp/nextEditReady";
 
 export interface NextEditReady {

@@ -382,7 +382,7 @@ local function handlers()
     ["speclsp/status"] = function(_, result)
       state.status = result
     end,
-    -- A suggestion written ahead (server setting nextEditSuggestAhead): preview it when the user still
+    -- A suggestion written ahead (server setting nextEdit.suggestAhead): preview it when the user still
     -- sees that buffer at that version and no preview or request is in the way; the request that
     -- shows it is answered from the one written.
     ["speclsp/nextEditReady"] = function(_, result, ctx)
