@@ -66,7 +66,7 @@ class VerifyCost:
 
     def seed(self, pass_ms: dict[int, float], weight: int = 3) -> None:
         """Start from a curve measured at load (``{tokens per pass: ms}``,
-        :func:`decoding.drafter_choice.pass_costs`): each size gets ``weight`` samples, enough for its
+        :func:`decoding.choices.pass_costs.pass_costs`): each size gets ``weight`` samples, enough for its
         median to count, so the first rounds already size drafts by this engine's costs; the real passes
         recorded later push the seeded samples out (``per_size`` per size)."""
         for size, ms in sorted(pass_ms.items()):

@@ -31,7 +31,7 @@ DEFAULT_PREFILL_CHUNK_TOKENS = 128  # see GenerationConfig.prefill_chunk_tokens 
 # CPU than pieces of 128 (docs/next-edit.md), and a superseded rewrite stops within one
 REWRITE_PREFILL_CHUNK_TOKENS = 256
 
-QUANTIZATIONS = ("auto", "none", "int8", "int4", "int8-hybrid", "int4-hybrid")  # EngineConfig.quantization; see decoding.weights.quantization
+QUANTIZATIONS = ("auto", "none", "int8-hybrid", "int4-hybrid")  # EngineConfig.quantization; see decoding.weights.quantization
 #: EngineConfig.engine: torch (transformers, in ``dtype``) or llama.cpp (the GGUF weights as they are;
 #: decoding.weights.llama_cpp_model)
 ENGINES = ("torch", "llama.cpp")
@@ -177,7 +177,7 @@ class EngineConfig:
     draft_model: str = AUTO  # as model, or "none"; auto: the target's registered partner, else none
     device: str = "auto"  # auto: CUDA when available, else CPU
     dtype: str = "auto"  # auto: see decoding.weights.loading.resolve_dtype
-    quantization: str = "auto"  # auto (decoding.weights.weight_choice), none, int8, int4, int8-hybrid or int4-hybrid (CPU; decoding.weights.quantization)
+    quantization: str = "auto"  # auto (decoding.choices.auto), none, int8-hybrid or int4-hybrid (CPU; decoding.weights.quantization)
     engine: str = "torch"  # what runs the passes: torch, or llama.cpp on the GGUF weights (ENGINES)
     trust_remote_code: bool = False  # run a hub repository's own code: only if the user says so
     ngram: NgramConfig = field(default_factory=NgramConfig)
