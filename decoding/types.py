@@ -140,13 +140,19 @@ class Generation:
 
 
 class DrafterMode(StrEnum):
-    """Where drafts come from (see :meth:`decoding.engine.Engine.drafter`)."""
+    """Where drafts come from (see :meth:`decoding.engine.Engine.drafter`).
 
-    AUTO = "auto"  # n-gram lookup, staged, or the draft model, by expected gain per round
+    ``tree``, ``model`` and ``staged`` are the GPU-side techniques: they pay where a pass over many tokens
+    costs about as much as one and the draft model's step is cheap against the target's. ``auto`` never
+    picks the draft model on the CPU (:func:`decoding.choices.auto.draft_model_pays`) and never picks trees;
+    name them to use them.
+    """
+
+    AUTO = "auto"  # n-gram lookup (and off the CPU, where it pays, staged or the draft model), by expected gain per round
     NGRAM = "ngram"
-    TREE = "tree"  # several n-gram candidates verified in one pass
-    MODEL = "model"
-    STAGED = "staged"  # n-gram drafts checked and continued by the draft model (decoding.drafters.staged)
+    TREE = "tree"  # several n-gram candidates verified in one pass (a GPU-side technique)
+    MODEL = "model"  # the draft model drafts (a GPU-side technique)
+    STAGED = "staged"  # n-gram drafts checked and continued by the draft model (decoding.drafters.staged; GPU-side)
     NONE = "none"  # plain decoding through the same loop: the reference
 
 

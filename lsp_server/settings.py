@@ -72,11 +72,12 @@ class Settings:
                           "instructions, float32 elsewhere.", cli=True, enum=list(DTYPES))
     quantization: str = _setting(
         "auto", "Weights of the target's and the draft's linear layers: auto (int8-hybrid where this CPU runs it "
-        "faster than bfloat16, measured once and cached; else as they are), none (as dtype), int8, int4 (torchao: pip "
-        "install 'speclsp[quantization]'), int8-hybrid or int4-hybrid (int8 or int4 for passes of few tokens, the "
-        "same weights dequantised for prefill and long verify passes, the bound measured at load; int8-hybrid "
-        "needs no torchao and keeps the model's greedy choices nearly as often as bfloat16 keeps its own). CPU only. Speculative "
-        "output stays equal to plain decoding of the same quantized model.", cli=True, enum=list(QUANTIZATIONS))
+        "faster than bfloat16, measured once and cached; else as they are), none (as dtype), int8-hybrid (int8 "
+        "weights for passes of few tokens, the same weights dequantised for prefill and long verify passes, the "
+        "bound measured at load; keeps the model's greedy choices nearly as often as bfloat16 keeps its own), or "
+        "int4-hybrid (the same with int4 weights: faster steps, but another model than the bfloat16 one, a trade "
+        "of quality that auto never makes). CPU only. Speculative output stays equal to plain decoding of the "
+        "same quantized model.", cli=True, enum=list(QUANTIZATIONS))
     engine: str = _setting(
         "torch", "What runs the model passes: torch (transformers, in dtype), or llama.cpp: a model pack or .gguf "
         "file's own quantised weights through llama.cpp's CPU kernels (pip install 'speclsp[llamacpp]'; no tree "
