@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from decoding.drafter_choice import timed_pass
+from decoding.choices.pass_costs import timed_pass
 from decoding.engine import Engine
 from decoding.kv_cache import cache_state
 

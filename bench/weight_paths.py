@@ -2,10 +2,10 @@
 run a pass over them.
 
 A path is a way to load a model for our loop: torch with bfloat16 weights (the default), torch with
-quantised linear layers (the ``model.quantization`` setting's ``int8``, ``int4``, ``int8-hybrid`` and ``int4-hybrid``,
-and two candidates not offered as a setting until they win: ``int8_dynamic``, int8 activations and
-weights through ``torch._int_mm``, and ``da8w4``, int8 activations and int4 weights through torchao's
-``da8w4_linear_cpu`` kernel), eager or under ``torch.compile``; or llama.cpp (``model.engine: llama.cpp``) on
+quantised linear layers (the ``model.quantization`` setting's ``int8-hybrid`` and ``int4-hybrid``, and two
+candidates not offered as a setting until they win, which need torchao installed by hand (``pip install
+torchao``): ``int8_dynamic``, int8 activations and weights through ``torch._int_mm``, and ``da8w4``, int8
+activations and int4 weights through torchao's ``da8w4_linear_cpu`` kernel), eager or under ``torch.compile``; or llama.cpp (``model.engine: llama.cpp``) on
 a GGUF file: the pack's own Q4_K_M, or Q4_0 / Q8_0 written from the pack's weights by
 :mod:`bench.gguf_requant` (kept under the cache root, written once).
 
@@ -44,7 +44,7 @@ class WeightPath:
         return WEIGHTS[self.candidate or self.quantization]
 
 
-WEIGHTS = {"none": "bfloat16", "int8": "int8 weight-only", "int4": "int4 weight-only (groups of 128)",
+WEIGHTS = {"none": "bfloat16",
            "int4-hybrid": "int4 for short passes, the same weights dequantised to bfloat16 for long ones",
            "int8-hybrid": "int8 for short passes, the same weights dequantised to bfloat16 for long ones",
            "int8_dynamic": "int8 weights, int8 activations", "da8w4": "int4 weights, int8 activations"}
@@ -53,11 +53,8 @@ WEIGHTS = {"none": "bfloat16", "int8": "int8 weight-only", "int4": "int4 weight-
 PATHS = {path.name: path for path in (
     WeightPath("torch-bf16", "torch"),
     WeightPath("torch-bf16-compiled", "torch", compiled=True),
-    WeightPath("torch-int8", "torch", "int8"),
     WeightPath("torch-int8-dynamic", "torch", candidate="int8_dynamic"),
     WeightPath("torch-int8-dynamic-compiled", "torch", candidate="int8_dynamic", compiled=True),
-    WeightPath("torch-int4", "torch", "int4"),
-    WeightPath("torch-int4-compiled", "torch", "int4", compiled=True),
     WeightPath("torch-int4-hybrid", "torch", "int4-hybrid"),
     WeightPath("torch-int8-hybrid", "torch", "int8-hybrid"),
     WeightPath("torch-da8w4-compiled", "torch", candidate="da8w4", compiled=True),
@@ -106,12 +103,11 @@ def apply_candidate(model: torch.nn.Module, candidate: str) -> int:
     """
     from torchao.quantization import quantize_
 
-    from decoding.weights.quantization import quantized_linear_count
-
     quantize_(model, candidate_config(candidate))
-    quantized, linears = quantized_linear_count(model)
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    quantized = sum(type(m.weight).__module__.startswith("torchao.") for m in linears)  # torchao's tensors
     if quantized == 0:
-        raise ModelLoadError(f"{candidate} quantised none of {linears} linear layers")
+        raise ModelLoadError(f"{candidate} quantised none of {len(linears)} linear layers")
     return quantized
 
 
@@ -148,7 +144,7 @@ def load(path: WeightPath, model: str, cache: Path):
     """``(LoadedModel, seconds to load and quantise)`` of pack ``model`` on ``path``.
 
     Raises:
-        ModelLoadError: the path cannot run here (llama-cpp-python or torchao missing, a kernel not built).
+        ModelLoadError: the path cannot run here (llama-cpp-python missing, or torchao for a candidate, a kernel not built).
     """
     from decoding.weights.loading import load_model
 

@@ -66,7 +66,7 @@ class VerifyCost:
 
     def seed(self, pass_ms: dict[int, float], weight: int = 3) -> None:
         """Start from a curve measured at load (``{tokens per pass: ms}``,
-        :func:`decoding.drafter_choice.pass_costs`): each size gets ``weight`` samples, enough for its
+        :func:`decoding.choices.pass_costs.pass_costs`): each size gets ``weight`` samples, enough for its
         median to count, so the first rounds already size drafts by this engine's costs; the real passes
         recorded later push the seeded samples out (``per_size`` per size)."""
         for size, ms in sorted(pass_ms.items()):
@@ -97,8 +97,8 @@ class VerifyCost:
     def relative_costs(self, max_k: int) -> tuple[float, ...] | None:
         """``costs[k]``: time of a pass verifying k draft tokens (k + 1 fed) over a one-token pass, for
         k = 0..max_k; measured medians where a size has at least 3 passes, the fit elsewhere (a pass
-        is not linear in its size: on a CPU, two tokens can cost a third more than one, and eight
-        hardly more than two). ``None`` while unknown. Computed again after ``refresh_every`` new passes
+        is not linear in its size: on a CPU a pass of two tokens may cost well over one, and one of
+        eight little more than two). ``None`` while unknown. Computed again after ``refresh_every`` new passes
         (medians move slowly, and this is asked every verify round)."""
         if self._since_table >= self.refresh_every or (max_k not in self._table and self._since_table):
             self._table.clear()

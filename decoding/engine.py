@@ -27,8 +27,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import replace
 
+from decoding.choices.auto import draft_model_pays
+from decoding.choices.pass_costs import pass_costs
 from decoding.draft_length import DraftLengthPolicy
-from decoding.drafter_choice import draft_model_pays, pass_costs
 from decoding.drafters.base import Drafter
 from decoding.drafters.draft_model import ModelDrafter
 from decoding.drafters.ngram import NgramDrafter
@@ -85,8 +86,8 @@ class Engine:
         #: a special token never belongs in inserted code.
         self.completion_stop_ids = target.capabilities.stop_ids
         self._thread = threading.get_ident()  # the only thread that may use the engine (see claim_thread)
-        #: Whether ``auto`` drafts with the draft model (:mod:`decoding.drafter_choice`; set by :meth:`load`
-        #: from measured step costs), and why.
+        #: Whether ``auto`` drafts with the draft model (:func:`decoding.choices.auto.draft_model_pays`; set by
+        #: :meth:`load`), and why.
         self.auto_uses_draft_model = draft is not None
         #: False for :meth:`draft_as_target`'s engine: a ``model`` or ``staged`` drafter asked of the pair
         #: drafts from n-grams here instead of failing.
@@ -119,15 +120,14 @@ class Engine:
         engine = cls(config, target, draft, pair.notice)
         engine.generator.verify_cost.seed(pass_costs(target))
         if draft is not None:
-            engine.auto_uses_draft_model, engine.auto_reason = draft_model_pays(target, draft)
-            log.info("%s", engine.auto_reason)
+            engine.auto_uses_draft_model, engine.auto_reason = draft_model_pays(target, draft)  # logs its choice
         return engine
 
     def draft_as_target(self, notice: str | None = None) -> Engine:
         """An engine whose target is this engine's draft model and which has no draft model: the same
         weights in memory, its own KV caches, n-gram store and draft-length estimates (``auto``, and
         ``model`` or ``staged`` asked of the pair, draft from n-grams). For inline completions where the target is too slow
-        (:func:`decoding.drafter_choice.draft_model_completes`).
+        (:func:`decoding.choices.auto.draft_model_completes`).
 
         Raises:
             ValueError: this engine has no draft model.

@@ -30,7 +30,7 @@ DEFAULT_PREFILL_CHUNK_TOKENS = 128  # see GenerationConfig.prefill_chunk_tokens 
 # pieces of 128, and a superseded rewrite stops within one (docs/decisions.md#prefill-chunk)
 REWRITE_PREFILL_CHUNK_TOKENS = 256
 
-QUANTIZATIONS = ("auto", "none", "int8", "int4", "int8-hybrid", "int4-hybrid")  # EngineConfig.quantization; see decoding.weights.quantization
+QUANTIZATIONS = ("auto", "none", "int8-hybrid", "int4-hybrid")  # EngineConfig.quantization; see decoding.weights.quantization
 #: EngineConfig.engine: torch (transformers, in ``dtype``) or llama.cpp (the GGUF weights as they are;
 #: decoding.weights.llama_cpp_model)
 ENGINES = ("torch", "llama.cpp")
@@ -139,13 +139,19 @@ class Generation:
 
 
 class DrafterMode(StrEnum):
-    """Where drafts come from (see :meth:`decoding.engine.Engine.drafter`)."""
+    """Where drafts come from (see :meth:`decoding.engine.Engine.drafter`).
 
-    AUTO = "auto"  # n-gram lookup, staged, or the draft model, by expected gain per round
+    ``tree``, ``model`` and ``staged`` are the GPU-side techniques: they pay where a pass over many tokens
+    costs about as much as one and the draft model's step is cheap against the target's. ``auto`` never
+    picks the draft model on the CPU (:func:`decoding.choices.auto.draft_model_pays`) and never picks trees;
+    name them to use them.
+    """
+
+    AUTO = "auto"  # n-gram lookup (and off the CPU, where it pays, staged or the draft model), by expected gain per round
     NGRAM = "ngram"
-    TREE = "tree"  # several n-gram candidates verified in one pass
-    MODEL = "model"
-    STAGED = "staged"  # n-gram drafts checked and continued by the draft model (decoding.drafters.staged)
+    TREE = "tree"  # several n-gram candidates verified in one pass (a GPU-side technique)
+    MODEL = "model"  # the draft model drafts (a GPU-side technique)
+    STAGED = "staged"  # n-gram drafts checked and continued by the draft model (decoding.drafters.staged; GPU-side)
     NONE = "none"  # plain decoding through the same loop: the reference
 
 
@@ -176,7 +182,7 @@ class EngineConfig:
     draft_model: str = AUTO  # as model, or "none"; auto: the target's registered partner, else none
     device: str = "auto"  # auto: CUDA when available, else CPU
     dtype: str = "auto"  # auto: see decoding.weights.loading.resolve_dtype
-    quantization: str = "auto"  # auto (decoding.weights.weight_choice), none, int8, int4, int8-hybrid or int4-hybrid (CPU; decoding.weights.quantization)
+    quantization: str = "auto"  # auto (decoding.choices.auto), none, int8-hybrid or int4-hybrid (CPU; decoding.weights.quantization)
     engine: str = "torch"  # what runs the passes: torch, or llama.cpp on the GGUF weights (ENGINES)
     trust_remote_code: bool = False  # run a hub repository's own code: only if the user says so
     ngram: NgramConfig = field(default_factory=NgramConfig)

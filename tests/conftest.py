@@ -1,18 +1,54 @@
-"""Shared fixtures: tiny random Qwen2 models built in the test (no download) and a toy tokenizer;
-and the tier check: every test carries exactly one tier marker (README, Tests)."""
+"""Shared fixtures: tiny random Qwen2 models built in the test (no download) and a toy tokenizer; the
+tier check: every test carries exactly one tier marker (README, Tests); and the one pin of the choices
+made from figures measured on the machine (:data:`PINNED_FIGURES`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from decoding.choices.figures import FIGURES_VERSION, PIN_VARIABLE
+
 #: Server settings / CLI flags that pin the bundled starter pair: the defaults load the real pair when
 #: it is installed, and the fast tiers must not depend on that.
 STARTER_OPTIONS = {"model.target": "starter", "model.draft": "starter-draft"}
 STARTER_FLAGS = ("--model", "starter", "--draft-model", "starter-draft")
+
+#: The measured figures every test, and every server or command a test starts, runs with: the pin of
+#: decoding/choices/figures.py, so that no machine's cached figures change what a test expects. Every
+#: model's pass costs this curve (ms per pass of 1..16 tokens), and no weight shape runs int8 faster than
+#: the dense product. So the ``auto`` settings choose alike everywhere: ``quantization`` none (the exact
+#: weights), ``drafter`` n-grams only, ``completionModel`` the target; and the draft-length policy starts
+#: from the same verify costs. A test that measures asks for :func:`measured_here`.
+PINNED_FIGURES = {"version": FIGURES_VERSION,
+                  "pass_ms": {"*": {"1": 10.0, "2": 10.5, "4": 11.0, "8": 12.0, "16": 14.0}},
+                  "low_bit_bounds": {"*": {"*": 0}}}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pinned_figures(tmp_path_factory: pytest.TempPathFactory) -> Iterable[Path]:
+    """Writes :data:`PINNED_FIGURES` and names the file in ``$SPECLSP_MEASURED_FIGURES`` for the whole
+    session (subprocesses inherit it); yields the file."""
+    path = tmp_path_factory.mktemp("measured") / "pinned.json"
+    path.write_text(json.dumps(PINNED_FIGURES))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PIN_VARIABLE, str(path))
+        yield path
+
+
+@pytest.fixture
+def measured_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No pin for this test: figures are measured here and kept in an empty cache of its own (the
+    directory returned, ``$SPECLSP_CACHE_DIR``)."""
+    monkeypatch.delenv(PIN_VARIABLE, raising=False)
+    monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
 
 #: The test tiers, as registered in pyproject.toml ([tool.pytest.ini_options] markers).
 TIERS = ("unit", "model", "e2e", "editors", "stats", "adversarial", "real")

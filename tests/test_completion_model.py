@@ -1,12 +1,12 @@
 """``completionModel``: inline completions written by the draft model as a target of its own where the
 target is too slow for a typist, next edits by the pair (lsp_server/backends/loading.py,
-decoding/drafter_choice.py:draft_model_completes)."""
+decoding/choices/auto.py:draft_model_completes)."""
 
 from __future__ import annotations
 
 import pytest
 
-from decoding import drafter_choice
+from decoding.choices import auto
 from decoding.engine import Engine
 from decoding.types import EngineConfig, GenerationConfig
 from lsp_server.backends.base import ROLE_COMPLETION, ROLE_NEXT_EDIT, BackendConfig
@@ -19,8 +19,8 @@ STARTER = EngineConfig(model="starter", draft_model="starter-draft", device="cpu
 
 
 def measured(monkeypatch, target_ms: float, draft_ms: float) -> None:
-    monkeypatch.setattr(drafter_choice, "measured_costs",
-                        lambda target, draft: drafter_choice.StepCosts(target_ms, draft_ms, "test"))
+    monkeypatch.setattr(auto, "measured_costs",
+                        lambda target, draft: auto.StepCosts(target_ms, draft_ms, "test"))
 
 
 def test_draft_writes_completions_with_the_same_weights_and_the_pair_writes_next_edits():
@@ -52,7 +52,7 @@ def test_auto_chooses_the_draft_model_only_where_a_target_step_is_too_slow(monke
     backends = load_backend(BackendConfig(engine=STARTER, completion_model="auto"))
     assert isinstance(backends, dict) is by_draft
     pair = (backends[ROLE_NEXT_EDIT] if by_draft else backends).engine
-    uses, reason = drafter_choice.draft_model_completes(pair.target, pair.draft)
+    uses, reason = auto.draft_model_completes(pair.target, pair.draft)
     assert uses is by_draft and f"{target_ms:.1f} ms" in reason
 
 

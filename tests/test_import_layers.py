@@ -217,6 +217,7 @@ FORBIDDEN_RULES = {
 #: The decoding modules that import torch (the engine and what it runs on) are named in lsp_server only by
 #: the backends' package: a server on a remote backend never loads torch (tests/test_remote_no_torch.py).
 TORCH_DECODING = ("decoding.engine", "decoding.generate", "decoding.kv_cache", "decoding.sampling", "decoding.weights.loading",
+                  "decoding.choices",
                   "decoding.verify", "decoding.tree", "decoding.drafters", "decoding.weights.quantization")
 ENGINE_IMPORTERS = ("lsp_server.backends",)
 

@@ -1,9 +1,9 @@
-"""The ``quantization`` setting (decoding/weights/quantization.py): int8 and int4 weights through torchao.
+"""The ``quantization`` setting (decoding/weights/quantization.py): int8-hybrid and int4-hybrid weights.
 
-On the starter pair in float32 (few near-ties), quantised on load: the linear layers really hold
-torchao's quantised tensors and the logits move, and greedy speculative decoding (n-gram drafts and the
-quantised draft model) equals plain greedy decoding of the same quantised target. Where quantisation
-cannot run, loading fails with a ModelLoadError that says why.
+On the starter pair in float32 (few near-ties), quantised on load: the linear layers really hold low-bit
+weights and the logits move, and greedy speculative decoding (n-gram drafts and the quantised draft
+model) equals plain greedy decoding of the same quantised target. Where quantisation cannot run, loading
+fails with a ModelLoadError that says why. The torchao paths (``int8``, ``int4``) are gone.
 """
 
 from __future__ import annotations
@@ -32,42 +32,6 @@ PROMPT_TEXT = ("def area(width, height):\n    return width * height\n\n\n"
 NEW_TOKENS = 32
 
 
-@pytest.fixture(scope="module", params=["int8", "int4"])
-def quantized_engine(request) -> Engine:
-    config = EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="float32",
-                          quantization=request.param)
-    return Engine.load(config)
-
-
-def test_every_linear_layer_of_target_and_draft_is_quantized(quantized_engine):
-    from torchao.utils import TorchAOBaseTensor
-
-    for loaded in (quantized_engine.target, quantized_engine.draft):
-        linears = [m for m in loaded.model.modules() if isinstance(m, torch.nn.Linear)]
-        assert linears and all(isinstance(m.weight, TorchAOBaseTensor) for m in linears), loaded.name
-        assert quantized_linear_count(loaded.model) == (len(linears), len(linears))
-
-
-def test_quantized_target_computes_other_logits_than_the_float_one(quantized_engine):
-    plain = load_model("starter", device="cpu", dtype="float32").model
-    ids = torch.tensor([quantized_engine.tokenizer.encode(PROMPT_TEXT)])
-    with torch.inference_mode():
-        quantized_logits = quantized_engine.target.model(input_ids=ids).logits.float()
-        float_logits = plain(input_ids=ids).logits.float()
-    assert torch.isfinite(quantized_logits).all()
-    assert not torch.allclose(quantized_logits, float_logits, atol=1e-3), "the quantization setting was ignored"
-    # Close enough to be the same model: the top token agrees at most positions.
-    agree = (quantized_logits.argmax(-1) == float_logits.argmax(-1)).float().mean()
-    assert agree > 0.6, f"quantized and float32 top tokens agree at only {float(agree):.0%} of positions"
-
-
-@pytest.mark.parametrize("mode", ["ngram", "model"])
-def test_speculative_greedy_equals_plain_greedy_of_the_quantized_model(quantized_engine, mode):
-    """Each sub-drafter drafts every round (no draft-length policy: with measured costs it may rightly
-    stop drafting on a slow quantised draft model, and then nothing would be verified)."""
-    assert_speculative_equals_plain(quantized_engine, mode)
-
-
 def assert_speculative_equals_plain(engine: Engine, mode: str) -> None:
     """Greedy speculative output with ``mode``'s drafter at a fixed k of 4 equals plain greedy output of
     ``engine``, and the drafts were accepted over several rounds."""
@@ -91,23 +55,20 @@ def test_unknown_quantization_is_a_load_error():
 def test_quantization_off_the_cpu_is_a_load_error():
     model = tiny_model(seed=0, hidden=128).to("meta")
     with pytest.raises(ModelLoadError, match="CPU only.*'tiny' is on meta"):
-        quantize_weights(model, "int8", "tiny")
+        quantize_weights(model, "int8-hybrid", "tiny")
 
 
-def test_int4_refuses_a_model_with_no_layer_it_fits():
-    model = tiny_model(seed=0, hidden=32)  # input widths 32 and 64: not multiples of the group size 128
-    with pytest.raises(ModelLoadError, match="fits none of model 'tiny'"):
-        quantize_weights(model, "int4", "tiny")
-
-
-def test_missing_torchao_is_a_load_error_naming_the_install(monkeypatch):
-    monkeypatch.setitem(sys.modules, "torchao.quantization", None)  # import fails as if not installed
-    with pytest.raises(ModelLoadError, match=r"needs torchao.*speclsp\[quantization\]"):
-        quantize_weights(tiny_model(seed=0), "int8", "tiny")
+@pytest.mark.parametrize("removed", ["int8", "int4"])
+def test_the_torchao_paths_are_gone(removed):
+    """``int8`` and ``int4`` (torchao) are no longer offered: a load error, and the setting warns."""
+    with pytest.raises(ModelLoadError, match=f"unknown quantization '{removed}'"):
+        quantize_weights(tiny_model(seed=0, hidden=128), removed, "tiny")
+    settings, warnings = parse_settings({"quantization": removed})
+    assert settings.quantization == "auto" and any("speclsp.quantization" in w for w in warnings)
 
 
 def test_setting_reaches_the_engine_config_and_bad_values_are_warned():
-    assert Settings(quantization="int4").engine_config().quantization == "int4"
+    assert Settings(quantization="int4-hybrid").engine_config().quantization == "int4-hybrid"
     assert Settings().engine_config().quantization == "auto"
     settings, warnings = parse_settings({"quantization": "int2"})
     assert settings.quantization == "auto" and any("speclsp.quantization" in w for w in warnings)
@@ -131,6 +92,7 @@ def _hybrid_layers(model):
 def test_hybrid_layers_run_low_bit_up_to_their_bound_and_the_dequantised_weights_after_it(hybrid_engine):
     layers = _hybrid_layers(hybrid_engine.target.model)
     assert layers and not any(isinstance(m, torch.nn.Linear) for m in hybrid_engine.target.model.modules())
+    assert quantized_linear_count(hybrid_engine.target.model) == (len(layers), len(layers))
     layer = layers[0]
     assert layer.max_low_bit_tokens in (0, 1, 2, 4, 8, 16, 32)
     layer_bound, layer.max_low_bit_tokens = layer.max_low_bit_tokens, 4
@@ -204,19 +166,25 @@ def test_int8_hybrid_leaves_widths_the_kernel_may_not_take_and_needs_no_torchao(
     assert isinstance(model.lm_head, HybridInt8Linear) and model.model.odd is odd
 
 
-def test_hybrid_int4_weights_are_torchaos_own():
-    """The packed half is built as torchao's Int4OpaqueTensor.from_hp builds it: the same products."""
-    from torchao.prototype.quantization.int4.int4_opaque_tensor import Int4OpaqueTensor
+def test_hybrid_int4_kernel_computes_with_the_dequantised_copy_and_needs_no_torchao(monkeypatch):
+    """The packed int4 weights and the dense copy are one set of weights: fed the identity, the kernel
+    gives back the copy (up to bfloat16's rounding of the output); each group of 128 input channels
+    holds at most 16 values; torchao is not imported."""
+    from decoding.weights.int4_hybrid import HybridInt4Linear
 
-    from decoding.weights.int4_hybrid import quantized
-
-    weight = torch.randn(96, 256, dtype=torch.bfloat16)
-    packed, dense = quantized(weight)
-    x = torch.randn(1, 3, 256, dtype=torch.bfloat16)
+    monkeypatch.setitem(sys.modules, "torchao", None)
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(256, 96, bias=False, dtype=torch.bfloat16)
+    layer = HybridInt4Linear(linear)
+    assert layer.dense.dtype == torch.bfloat16 and layer.packed.dtype == torch.uint8
+    assert all(len(torch.unique(group)) <= 16 for group in layer.dense.float().reshape(96 * 2, 128))
     with torch.inference_mode():
-        expected = torch.nn.functional.linear(x, Int4OpaqueTensor.from_hp(weight, [1, 128]))
-        assert torch.equal(torch.nn.functional.linear(x, packed), expected)
-        assert torch.allclose(torch.nn.functional.linear(x.float(), dense), expected.float(), atol=0.05, rtol=0.02)
+        columns = layer.low_bit(torch.eye(256, dtype=torch.bfloat16)).T  # (96, 256): the weights the kernel holds
+        assert torch.equal(columns, layer.dense)
+        assert not torch.equal(layer.dense, linear.weight)  # they are not the weights it was made from
+        x = torch.randn(1, 3, 256, dtype=torch.bfloat16)
+        assert torch.allclose(layer.low_bit(x).float(), torch.nn.functional.linear(x.float(), layer.dense.float()),
+                              atol=0.05, rtol=0.02)
 
 
 def test_the_low_bit_bound_is_the_largest_size_where_the_low_bit_kernel_is_faster():

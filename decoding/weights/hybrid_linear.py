@@ -2,8 +2,8 @@
 
 On a CPU a pass of few tokens is bound by the bytes of weights it reads, a pass of many tokens by
 arithmetic. A low-bit kernel reads fewer bytes, so a one-token step runs faster, but its cost grows with
-every token, while the bfloat16 matrix product (oneDNN, on AMX where the CPU has it) stays flat up to
-16-32 tokens and prefills several times faster (``speclsp bench step-cost``, docs/performance.md). A hybrid
+every token, while the bfloat16 matrix product (oneDNN, on AMX where the CPU has it) stays nearly flat over
+short passes and prefills faster (``speclsp bench step-cost``, docs/performance.md). A hybrid
 layer keeps both: the low-bit weights, and the *same* weights dequantised to the activation dtype. A pass
 of at most :attr:`HybridLinear.max_low_bit_tokens` tokens runs the low-bit kernel, a longer one the dense
 product. Which is faster at which size is measured per weight shape when the model is loaded

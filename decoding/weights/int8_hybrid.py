@@ -3,15 +3,14 @@
 Each linear layer's weight is quantised to int8 with one scale per output row (symmetric, -127..127, the
 scale rounded to the activation dtype), and a pass of few tokens runs PyTorch's weight-only int8 CPU
 kernel ``aten._weight_int8pack_mm`` on it: half of bfloat16's bytes, converted to float in registers (no
-whole-weight dequantisation per call, as torchao 0.18's eager ``int8`` does). A longer pass runs the
+whole-weight dequantisation per call). A longer pass runs the
 dense product over the same weights dequantised to the activation dtype. How the layer chooses and why it
 is one model: :mod:`decoding.weights.hybrid_linear`.
 
-Against int4: the steps gain less (2-core Intel Xeon, one hour: the 1.5B's one-token step 136.8 ms
-against bfloat16's 193.0 and int4-hybrid's 78.5), but the weights stay close to the bfloat16 model: fed
-the bfloat16 model's greedy continuations of the ``bench decode`` prompts (``speclsp bench agreement``),
-the 1.5B's int8 weights picked the same top token at 99.33% of positions, bfloat16 itself in one pass
-at 99.19%, int4 at 95.84% (the 0.5B: 98.72%, 99.40%, 93.49%). No torchao needed: the kernel is
+Against int4 (:mod:`decoding.weights.int4_hybrid`): the steps gain less, but the weights stay close to
+the bfloat16 model: fed the bfloat16 model's greedy continuations of the ``bench decode`` prompts
+(``speclsp bench agreement``), int8 weights pick the same top token about as often as bfloat16 itself
+does in another pass shape, int4 weights less often (the figures: docs/decisions.md). The kernel is
 PyTorch's. Memory: the bfloat16 model plus half of it.
 """
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from decoding.choices.auto import choose_quantization
 from decoding.weights.cpu_flags import cpu_flags
 from decoding.weights.capabilities import ModelCapabilities, read_capabilities
 from decoding.errors import ModelLoadError
@@ -24,7 +25,6 @@ from decoding.kv_cache import logits_width
 from decoding.weights.model_names import model_location
 from decoding.weights.quantization import quantize_weights
 from decoding.weights.tokenizer_loading import load_tokenizer
-from decoding.weights.weight_choice import choose_quantization
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,8 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
         trust_remote_code: allow a hub repository's own modelling code to run. Off by default.
         on_stage: told about slow steps (the one-time conversion of a pack or GGUF file).
         quantization: ``"auto"`` (the weights measured fastest here among those that keep the model:
-            :mod:`decoding.weights.weight_choice`), ``"none"``, or a quantised path for the linear layers (CPU
-            only; see :mod:`decoding.weights.quantization`).
+            :func:`decoding.choices.auto.choose_quantization`), ``"none"``, ``"int8-hybrid"`` or ``"int4-hybrid"``
+            (CPU only; see :mod:`decoding.weights.quantization`).
         engine: ``"torch"``, or ``"llama.cpp"``: a pack or ``.gguf`` file run by llama.cpp's kernels on
             the GGUF weights as they are (:mod:`decoding.weights.llama_cpp_model`; CPU, no quantization option).
     Raises:
@@ -103,7 +103,7 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
             that is not installed or does not match its pinned hash. A failed download says which
             model, why (the HTTP status or the network failure) and what to do
             (:func:`decoding.weights.hub_errors.explain_hub_failure`). A quantization that cannot run here
-            (torchao missing, not on the CPU; :func:`decoding.weights.quantization.quantize_weights`).
+            (not on the CPU, no layer it fits; :func:`decoding.weights.quantization.quantize_weights`).
     """
     if engine == "llama.cpp":
         if quantization not in ("auto", "none") or device not in ("auto", "cpu"):
@@ -130,8 +130,7 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
     model.to(torch_device).eval()
     bounds = None
     if quantization == "auto":
-        quantization, bounds, reason = choose_quantization(model, name)
-        log.info("%s", reason)
+        quantization, bounds, _ = choose_quantization(model, name)  # logs its choice
     if quantization != "none" and on_stage:
         on_stage(f"quantizing {name} to {quantization}")
     quantize_weights(model, quantization, name, bounds)

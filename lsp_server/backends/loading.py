@@ -4,7 +4,7 @@
   Inline completions are written by the target, or by the draft model as a target of its own (its
   weights shared, drafting from n-grams) while next edits stay with the pair: ``completion_model``
   ``draft``, or ``auto`` where a target step is too slow for a typist
-  (:func:`decoding.drafter_choice.draft_model_completes`). Then the loader returns a backend per role.
+  (:func:`decoding.choices.auto.draft_model_completes`). Then the loader returns a backend per role.
 * ``openai`` / ``llamacpp-infill``: no model is loaded; generation goes to a remote serving engine
   (:mod:`lsp_server.backends.openai`, :mod:`lsp_server.backends.llamacpp_infill`). The prompt is still
   ours, budgeted in tokens and rendered in the model's FIM format, so the model's own tokenizer is
@@ -53,15 +53,14 @@ def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str],
     if config.completion_model not in COMPLETION_MODELS:
         raise ValueError(f"unknown completion model {config.completion_model!r}; use one of {', '.join(COMPLETION_MODELS)}")
     if config.kind == LOCAL:  # torch and the engine load only here: a remote backend never imports them
-        from decoding.drafter_choice import draft_model_completes
+        from decoding.choices.auto import draft_model_completes
         from decoding.engine import Engine
         from lsp_server.backends.local import LocalBackend
 
         engine = Engine.load(config.engine, on_stage)
         by_draft, choice = config.completion_model == "draft", config.completion_model
         if choice == "auto" and engine.draft is not None:
-            by_draft, reason = draft_model_completes(engine.target, engine.draft)
-            log.info("%s", reason)
+            by_draft, _ = draft_model_completes(engine.target, engine.draft)  # logs its choice
         if by_draft and engine.draft is None:
             log.warning("completion.model 'draft' needs a draft model and none is loaded: %s writes inline "
                         "completions", engine.target.name)

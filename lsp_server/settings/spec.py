@@ -92,11 +92,11 @@ class Settings:
                           "bfloat16 instructions, float32 elsewhere.", cli=True, enum=list(DTYPES))
     quantization: str = _setting(
         "model", "auto", "Weights of the target's and the draft's linear layers: auto (int8-hybrid where this CPU "
-        "runs a step faster so, timed once and cached; else as they are), none (as dtype), int8-hybrid or "
-        "int4-hybrid (int8 or int4 for passes of few tokens, the same weights dequantised for prefill and long "
-        "verify passes), int8 or int4 (torchao: pip install 'speclsp[quantization]'). int8-hybrid needs no "
-        "torchao and keeps the model's greedy choices nearly as often as bfloat16 keeps its own. CPU only. "
-        "Speculative output stays equal to plain decoding of the same quantized model.",
+        "runs a step faster so, timed once and cached; else as they are), none (as dtype), int8-hybrid (int8 "
+        "weights for passes of few tokens, the same weights dequantised for prefill and long verify passes; keeps "
+        "the model's greedy choices nearly as often as bfloat16 keeps its own), or int4-hybrid (the same with int4 "
+        "weights: faster steps, but another model than the bfloat16 one, a trade of quality that auto never "
+        "makes). CPU only. Speculative output stays equal to plain decoding of the same quantized model.",
         cli=True, enum=list(QUANTIZATIONS))
     engine: str = _setting(
         "model", "torch", "What runs the model passes: torch (transformers, in dtype), or llama.cpp: a model pack "

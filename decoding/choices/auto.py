@@ -1,0 +1,163 @@
+"""What each ``auto`` setting chooses from figures measured on this machine (the one home of those choices).
+
+* ``quantization: auto`` (:func:`choose_quantization`): ``int8-hybrid`` for a model on the CPU in
+  bfloat16 (run by torch) where PyTorch's int8 kernel is faster than the bfloat16 product for a one-token
+  pass in the layers that hold at least :data:`MIN_FASTER_SHARE` of the linear weights; else the weights as
+  they are. Measured: the low-bit bound of one layer per weight shape
+  (:func:`decoding.weights.hybrid_linear.fastest_low_bit_bound`). int8-hybrid weights pick the bfloat16
+  model's greedy token about as often as bfloat16 itself does in another pass shape (``speclsp bench
+  agreement``); ``int4-hybrid`` is another model (a quality trade), so ``auto`` never picks it.
+* ``drafter: auto`` (:func:`draft_model_pays`): whether the draft model drafts beside the n-gram lookup.
+  Speculative decoding with draft length k, acceptance α and a draft that costs c target steps per token
+  gives (1 − α^(k+1)) / (1 − α) tokens per round for 1 + k·c target steps (Leviathan et al. 2022, section
+  3.3); an n-gram draft costs nothing. So the draft model pays only where its step is cheap against the
+  target's (c at most :data:`MAX_DRAFT_COST`). On the CPU it never is against n-gram drafts alone, so
+  ``auto`` drafts from n-grams there; the draft model (and the ``tree`` drafter) are the GPU-side
+  techniques, named by their settings until a GPU measurement decides.
+* ``completionModel: auto`` (:func:`draft_model_completes`): the draft model writes inline completions
+  (next edits stay with the target) where a target step costs more than :data:`COMPLETION_STEP_MS`.
+
+Measured: the one-token step of each model (:func:`decoding.choices.pass_costs.pass_costs`). All figures
+come from the one cache file of measured figures, or the pin that stands in for it
+(:mod:`decoding.choices.figures`); each choice logs one line saying what it chose and the figures that
+decided it. The figures behind these defaults: docs/decisions.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from decoding.choices.figures import ANY, LOW_BIT_BOUNDS, cost_key, keep_entry, lookup
+from decoding.choices.pass_costs import pass_costs
+from decoding.weights.hybrid_linear import fastest_low_bit_bound
+from decoding.weights.int8_hybrid import HybridInt8Linear, fits
+
+log = logging.getLogger(__name__)
+
+#: Share of the linear weights, in shapes where int8 is faster for one token, from which auto picks int8-hybrid.
+MIN_FASTER_SHARE = 0.5
+MAX_DRAFT_COST = 0.2  # the draft model's step over the target's at most this (off the CPU): auto drafts with it
+#: A target step slower than this (ms): inline completions are written by the draft model. A suggestion
+#: arriving after the typist's next key is thrown away, and an answer takes a short prefill and a few
+#: passes: about three passes must fit in the gap between a steady typist's keys.
+COMPLETION_STEP_MS = 50.0
+
+
+def _decided(setting: str, model: str, reason: str) -> None:
+    """The one log line of a choice: which setting, for which model, what and why."""
+    log.info("%s auto for %s: %s", setting, model, reason)
+
+
+def choose_quantization(model: torch.nn.Module, name: str) -> tuple[str, dict[tuple[int, int], int], str]:
+    """What ``quantization: auto`` runs for ``model`` (loaded, dense, on its device and dtype) here.
+
+    Returns:
+        ``(quantization, int8 bounds per (out, in) weight shape (for ``make_int8_hybrid``; empty for
+        ``none``), a sentence saying why)``; the choice is logged.
+    """
+    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    if device.type != "cpu" or dtype != torch.bfloat16:
+        reason = f"none: {name} runs on {device} in {dtype}, and auto keeps its weights as they are there"
+        _decided("quantization", name, reason)
+        return "none", {}, reason
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    by_shape: dict[tuple[int, int], torch.nn.Linear] = {}
+    for linear in linears:
+        if fits(linear):
+            by_shape.setdefault((linear.out_features, linear.in_features), linear)
+    key = cost_key(name, model)
+    bounds = _known_bounds(key, set(by_shape))
+    if bounds is None:
+        bounds = {shape: fastest_low_bit_bound(HybridInt8Linear(linear)) for shape, linear in by_shape.items()}
+        keep_entry(LOW_BIT_BOUNDS, key, lambda earlier: {f"{o}x{i}": b for (o, i), b in sorted(bounds.items())},
+                   "measured low-bit bounds")
+    total = sum(m.weight.numel() for m in linears)
+    faster = sum(m.weight.numel() for m in linears if bounds.get((m.out_features, m.in_features), 0) >= 1)
+    share = faster / total if total else 0.0
+    listed = ", ".join(f"{o}x{i}: {b}" for (o, i), b in sorted(bounds.items()))
+    if share < MIN_FASTER_SHARE:
+        chosen, bounds = "none", {}
+        reason = (f"none: int8 is faster for one token in {share:.0%} of {name}'s linear weights here (tokens per "
+                  f"pass up to which it is, by weight shape: {listed}), under {MIN_FASTER_SHARE:.0%}: auto keeps "
+                  f"{dtype} weights")
+    else:
+        chosen = "int8-hybrid"
+        reason = (f"int8-hybrid: int8 is faster for one token in {share:.0%} of {name}'s linear weights here "
+                  f"(at least {MIN_FASTER_SHARE:.0%}): int8 up to, by weight shape, {listed} tokens per pass")
+    _decided("quantization", name, reason)
+    return chosen, bounds, reason
+
+
+def _known_bounds(key: str, shapes: set[tuple[int, int]]) -> dict[tuple[int, int], int] | None:
+    """The low-bit bounds pinned or cached for ``key``, where they cover ``shapes`` (a pinned ``"*"``
+    covers any shape); else ``None``."""
+    entry, _ = lookup(LOW_BIT_BOUNDS, key)
+    if entry is None:
+        return None
+    try:
+        default = int(entry[ANY]) if ANY in entry else None
+        bounds = {tuple(int(n) for n in shape.split("x")): int(bound) for shape, bound in entry.items() if shape != ANY}
+    except (ValueError, AttributeError, TypeError):
+        return None
+    if default is not None:
+        bounds = {shape: bounds.get(shape, default) for shape in shapes}
+    return bounds if shapes <= set(bounds) else None
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Milliseconds of one one-token pass of each model (the fastest round), and what they were measured on."""
+
+    target_ms: float
+    draft_ms: float
+    key: str
+
+    @property
+    def ratio(self) -> float:
+        """c: the draft model's step in target steps."""
+        return self.draft_ms / self.target_ms if self.target_ms > 0 else float("inf")
+
+
+def measured_costs(target, draft) -> StepCosts:
+    """The one-token step costs of ``target`` and ``draft`` (:func:`decoding.choices.pass_costs.pass_costs`)."""
+    key = f"{cost_key(target.name, target.model)} / {draft.name}"
+    return StepCosts(pass_costs(target)[1], pass_costs(draft)[1], key)
+
+
+def draft_model_pays(target, draft) -> tuple[bool, str]:
+    """Whether ``drafter: auto`` drafts with the draft model (``target``, ``draft``: loaded models), and
+    why; the choice is logged. Never on the CPU (there n-gram drafts alone serve better: the module
+    docstring); elsewhere where the draft model's measured step costs at most :data:`MAX_DRAFT_COST` of
+    the target's."""
+    device = target.model.device
+    if device.type == "cpu":
+        pays = False
+        reason = (f"n-grams only: {target.name} runs on the CPU, where auto never drafts with a draft model "
+                  f"(the draft model and tree drafters are named by their settings)")
+    else:
+        costs = measured_costs(target, draft)
+        pays = costs.ratio <= MAX_DRAFT_COST
+        reason = (f"{'the draft model and n-grams' if pays else 'n-grams only'}: a {draft.name} step costs "
+                  f"{costs.ratio:.2f} of a {target.name} step on {device} ({costs.draft_ms:.1f} against "
+                  f"{costs.target_ms:.1f} ms; the draft model pays at most {MAX_DRAFT_COST})")
+    _decided("drafter", target.name, reason)
+    return pays, reason
+
+
+def draft_model_completes(target, draft) -> tuple[bool, str]:
+    """Whether the draft model, not the target, writes inline completions (``completionModel: auto``),
+    and why; the choice is logged. Where one target pass costs more than :data:`COMPLETION_STEP_MS` (and
+    the draft's step is cheaper), the smaller model, drafting from n-grams, serves a typist more
+    suggestions in time (``speclsp bench lsp --typist``)."""
+    costs = measured_costs(target, draft)
+    uses = costs.target_ms > COMPLETION_STEP_MS and costs.draft_ms < costs.target_ms
+    who = (f"{draft.name} writes inline completions with n-gram drafts, {target.name} next edits" if uses
+           else f"{target.name} writes inline completions")
+    reason = (f"{who}: a {target.name} step costs {costs.target_ms:.1f} ms here ({draft.name}: "
+              f"{costs.draft_ms:.1f} ms); the target writes them where its step is at most "
+              f"{COMPLETION_STEP_MS:.0f} ms")
+    _decided("completionModel", target.name, reason)
+    return uses, reason
