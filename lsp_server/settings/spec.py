@@ -170,8 +170,8 @@ class Settings:
     next_edit_prompt_format: str = _setting(
         "nextEdit", "auto", "The rewrite prompt's format: chat (the chat template), plain (comment lines, for code "
         "models without one), sweep (Sweep's <|file_sep|> blocks), zeta (Zed's editable-region markers), "
-        "zeta_chat (those inside the chat template), or auto: the one measured best for the model "
-        "(docs/next-edit.md).", enum=["auto", "chat", "plain", "sweep", "zeta", "zeta_chat"])
+        "zeta_chat (those inside the chat template), or auto: chat for a model with a chat template, else plain "
+        "(the formats compared: docs/next-edit.md).", enum=["auto", "chat", "plain", "sweep", "zeta", "zeta_chat"])
     next_edit_max_new_tokens: int = _setting("nextEdit", 512, "Most tokens the model writes for the rewritten "
                                              "region.", minimum=1, maximum=8192)
     next_edit_prefill: bool = _setting(
