@@ -92,7 +92,7 @@ def measure_one(path_name: str, model: str, contexts: tuple[int, ...], repeats: 
 
 
 def _cpu_name() -> str:
-    from decoding.choices.figures import cpu_name as name
+    from decoding.weights.cpu_flags import cpu_name as name
 
     return name()
 

@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import platform
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from decoding.weights.cpu_flags import cpu_name
 from decoding.weights.gguf_models import cache_root
 from decoding.weights.hybrid_linear import HybridLinear
 
@@ -121,17 +121,6 @@ def update_json(path: Path, change: Callable[[dict], None], what: str) -> bool:
     except (OSError, Timeout) as exc:
         log.warning("could not keep the %s in %s: %s", what, path, exc)
         return False
-
-
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what the platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _weights_kind(model) -> str:
