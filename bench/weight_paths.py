@@ -1,7 +1,9 @@
 """The weight paths ``speclsp bench step-cost`` compares: how a model's weights are stored and which kernels
 run a pass over them.
 
-A path is a way to load a model for our loop: torch with bfloat16 weights (the default), torch with
+A path is a way to load a model for our loop: torch with bfloat16 weights (the default where the CPU has
+bfloat16 instructions), torch in float32 (where it has none: ``torch-f32``, its weights as they are or
+packed as float16, ``fp16-weights``), torch with
 quantised linear layers (the ``model.quantization`` setting's ``int8-hybrid`` and ``int4-hybrid``, and two
 candidates not offered as a setting until they win, which need torchao installed by hand (``pip install
 torchao``): ``int8_dynamic``, int8 activations and weights through ``torch._int_mm``, and ``da8w4``, int8
@@ -35,24 +37,30 @@ class WeightPath:
     candidate: str | None = None  # a torchao config not offered as a setting ("int8_dynamic", "da8w4")
     compiled: bool = False
     gguf_type: str | None = None  # llama.cpp: None for the pack's own file, else a bench.gguf_requant type
+    dtype: str = "bfloat16"  # the torch engine's activations (float32 where a CPU has no bfloat16 instructions)
 
     @property
     def weights(self) -> str:
         """The stored weight format, in words."""
         if self.engine == "llama.cpp":
             return (self.gguf_type or "q4_k_m").upper()
-        return WEIGHTS[self.candidate or self.quantization]
+        weights = WEIGHTS[self.candidate or self.quantization]
+        return weights.replace("bfloat16", "float32") if self.dtype == "float32" else weights
 
 
 WEIGHTS = {"none": "bfloat16",
            "int4-hybrid": "int4 for short passes, the same weights dequantised to bfloat16 for long ones",
            "int8-hybrid": "int8 for short passes, the same weights dequantised to bfloat16 for long ones",
+           "fp16-weights": "float16 weights, float32 activations (fbgemm)",
            "int8_dynamic": "int8 weights, int8 activations", "da8w4": "int4 weights, int8 activations"}
 
 
 PATHS = {path.name: path for path in (
     WeightPath("torch-bf16", "torch"),
     WeightPath("torch-bf16-compiled", "torch", compiled=True),
+    WeightPath("torch-f32", "torch", dtype="float32"),
+    WeightPath("torch-f32-fp16-weights", "torch", "fp16-weights", dtype="float32"),
+    WeightPath("torch-f32-int8-hybrid", "torch", "int8-hybrid", dtype="float32"),
     WeightPath("torch-int8-dynamic", "torch", candidate="int8_dynamic"),
     WeightPath("torch-int8-dynamic-compiled", "torch", candidate="int8_dynamic", compiled=True),
     WeightPath("torch-int4-hybrid", "torch", "int4-hybrid"),
@@ -153,7 +161,7 @@ def load(path: WeightPath, model: str, cache: Path):
         name = model if path.gguf_type is None else str(gguf_for(model, path.gguf_type, cache))
         loaded = load_model(name, device="cpu", engine="llama.cpp")
     else:
-        loaded = load_model(model, device="cpu", dtype="bfloat16", quantization=path.quantization)
+        loaded = load_model(model, device="cpu", dtype=path.dtype, quantization=path.quantization)
         if path.candidate is not None:
             apply_candidate(loaded.model, path.candidate)
         if path.compiled:

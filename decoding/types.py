@@ -30,7 +30,7 @@ DEFAULT_PREFILL_CHUNK_TOKENS = 128  # see GenerationConfig.prefill_chunk_tokens 
 # pieces of 128, and a superseded rewrite stops within one (docs/decisions.md#prefill-chunk)
 REWRITE_PREFILL_CHUNK_TOKENS = 256
 
-QUANTIZATIONS = ("auto", "none", "int8-hybrid", "int4-hybrid")  # EngineConfig.quantization; see decoding.weights.quantization
+QUANTIZATIONS = ("auto", "none", "fp16-weights", "int8-hybrid", "int4-hybrid")  # EngineConfig.quantization; see decoding.weights.quantization
 #: EngineConfig.engine: torch (transformers, in ``dtype``) or llama.cpp (the GGUF weights as they are;
 #: decoding.weights.llama_cpp_model)
 ENGINES = ("torch", "llama.cpp")

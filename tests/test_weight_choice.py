@@ -1,6 +1,6 @@
 """``quantization: auto`` (decoding/choices/auto.py): int8-hybrid where this CPU's int8 kernel is faster for a
 one-token pass in most of the linear weights, measured once per machine and kept in the one cache file of
-measured figures (or pinned); bfloat16 else."""
+measured figures (or pinned); bfloat16 else. The float32 side (fp16-weights): tests/test_fp16_weights.py."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def test_int8_faster_only_in_a_small_share_of_the_weights_keeps_bfloat16(measure
     assert (quantization, bounds) == ("none", {}) and "keeps torch.bfloat16 weights" in reason
 
 
-def test_auto_keeps_float32_weights_and_measures_nothing(measured_here, monkeypatch):
+def test_auto_keeps_float32_weights_that_float16_would_round_and_measures_nothing(measured_here, monkeypatch):
+    """Random float32 weights are not float16 values: fp16-weights would be another model (tests/test_fp16_weights.py)."""
     measured = _timed_bounds(monkeypatch, lambda layer: 4)
     assert auto.choose_quantization(tiny_model(seed=0, hidden=128), "tiny")[0] == "none"
     assert measured == [] and not (measured_here / "measured.json").exists()

@@ -1,6 +1,8 @@
 """What each ``auto`` setting chooses from figures measured on this machine (the one home of those choices).
 
-* ``quantization: auto`` (:func:`choose_quantization`): ``int8-hybrid`` for a model on the CPU in
+* ``quantization: auto`` (:func:`choose_quantization`): for a float32 model on the CPU (no bfloat16
+  instructions), ``fp16-weights`` where its weights are float16 values (the same model) and fbgemm's
+  float16-weight product is measured faster (:mod:`decoding.choices.float32_weights`); ``int8-hybrid`` for a model on the CPU in
   bfloat16 (run by torch) where PyTorch's int8 kernel is faster than the bfloat16 product for a one-token
   pass in the layers that hold at least :data:`MIN_FASTER_SHARE` of the linear weights; else the weights as
   they are. Measured: the low-bit bound of one layer per weight shape
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from decoding.choices import float32_weights
 from decoding.choices.figures import ANY, LOW_BIT_BOUNDS, cost_key, keep_entry, lookup
 from decoding.choices.pass_costs import pass_costs
 from decoding.weights.hybrid_linear import fastest_low_bit_bound
@@ -56,9 +59,13 @@ def choose_quantization(model: torch.nn.Module, name: str) -> tuple[str, dict[tu
 
     Returns:
         ``(quantization, int8 bounds per (out, in) weight shape (for ``make_int8_hybrid``; empty for
-        ``none``), a sentence saying why)``; the choice is logged.
+        ``none`` and ``fp16-weights``), a sentence saying why)``; the choice is logged.
     """
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    if device.type == "cpu" and dtype == torch.float32:
+        packs, reason = float32_weights.choose(model, name)
+        _decided("quantization", name, reason)
+        return ("fp16-weights" if packs else "none"), {}, reason
     if device.type != "cpu" or dtype != torch.bfloat16:
         reason = f"none: {name} runs on {device} in {dtype}, and auto keeps its weights as they are there"
         _decided("quantization", name, reason)

@@ -4,7 +4,8 @@ The file is ``measured.json`` under :func:`decoding.weights.gguf_models.cache_ro
 
     {"version": FIGURES_VERSION,
      "pass_ms": {cost key: {"1": ms, "2": ms, ...}},          # decoding.choices.pass_costs
-     "low_bit_bounds": {cost key: {"OUTxIN": tokens, ...}}}   # decoding.choices.auto (int8-hybrid)
+     "low_bit_bounds": {cost key: {"OUTxIN": tokens, ...}},   # decoding.choices.auto (int8-hybrid)
+     "fp16_speedup": {cost key: {"1": ratio, "128": ratio}}}  # decoding.choices.auto (fp16-weights)
 
 A cost key (:func:`cost_key`) names what a model's timings depend on: the model, how its weights are
 held, device, dtype, CPU and threads, torch. A file of another version is read as empty, so a change of
@@ -40,6 +41,7 @@ FIGURES_VERSION = 1  # raise when what is measured, or how, changes: older files
 PIN_VARIABLE = "SPECLSP_MEASURED_FIGURES"
 PASS_MS = "pass_ms"
 LOW_BIT_BOUNDS = "low_bit_bounds"
+FP16_SPEEDUP = "fp16_speedup"  # float32 product time over fbgemm's float16-weight product, per pass size
 ANY = "*"  # in a pinned file: any model, any weight shape
 
 

@@ -9,6 +9,8 @@ model's dtype:
 * ``int8-hybrid``: int8 weights, one scale per row (:mod:`decoding.weights.int8_hybrid`). Its weights keep
   the model's greedy choices nearly as often as the model keeps its own across pass shapes (``speclsp
   bench agreement``), which is why ``quantization: auto`` may pick it (:mod:`decoding.choices.weights`).
+* ``fp16-weights``: a float32 model's weights in float16, computed in float32 at every pass size
+  (:mod:`decoding.weights.fp16_weights`): no dense copy; for CPUs without bfloat16 instructions.
 * ``int4-hybrid``: int4 weights in groups (:mod:`decoding.weights.int4_hybrid`): a quality trade, another
   model than the bfloat16 one; ``auto`` never picks it.
 
@@ -25,6 +27,7 @@ import torch
 
 from decoding.errors import ModelLoadError
 from decoding.types import QUANTIZATIONS
+from decoding.weights.fp16_weights import Fp16WeightLinear, available, make_fp16_weights
 from decoding.weights.hybrid_linear import HybridLinear
 from decoding.weights.int4_hybrid import INT4_GROUP_SIZE, make_int4_hybrid
 from decoding.weights.int8_hybrid import INT8_WIDTH_MULTIPLE, make_int8_hybrid
@@ -35,8 +38,8 @@ _HYBRIDS = {"int8-hybrid": make_int8_hybrid, "int4-hybrid": make_int4_hybrid}
 
 
 def quantized_linear_count(model: torch.nn.Module) -> tuple[int, int]:
-    """(linear layers holding low-bit weights, all linear layers, those included) of ``model``."""
-    hybrids = sum(isinstance(m, HybridLinear) for m in model.modules())
+    """(linear layers holding low-bit or float16 weights, all linear layers, those included) of ``model``."""
+    hybrids = sum(isinstance(m, (HybridLinear, Fp16WeightLinear)) for m in model.modules())
     dense = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     return hybrids, hybrids + dense
 
@@ -47,16 +50,20 @@ def quantize_weights(model: torch.nn.Module, quantization: str, name: str,
 
     Args:
         model: a causal LM in eval mode, already on its device and in its dtype.
-        quantization: ``none``, ``int8-hybrid`` or ``int4-hybrid`` (see the module docstring); ``auto`` is
-            settled before (:func:`decoding.choices.weights.choose_quantization`).
+        quantization: ``none``, ``fp16-weights``, ``int8-hybrid`` or ``int4-hybrid`` (see the module
+            docstring); ``auto`` is settled before (:func:`decoding.choices.auto.choose_quantization`).
         bounds: the low-bit bounds per ``(out, in)`` weight shape, where already measured.
         name: the model's name, for messages.
     Raises:
         ModelLoadError: an unknown name, a device other than the CPU, a dtype the kernel refuses, or no
             layer whose shape the format takes (int4-hybrid: input width a multiple of
-            :data:`INT4_GROUP_SIZE`; int8-hybrid: of :data:`INT8_WIDTH_MULTIPLE`).
+            :data:`INT4_GROUP_SIZE`; int8-hybrid: of :data:`INT8_WIDTH_MULTIPLE`); fp16-weights on a model
+            that is not float32 or a torch without fbgemm.
     """
     if quantization == "none":
+        return
+    if quantization == "fp16-weights":
+        _to_fp16_weights(model, name)
         return
     hybrid = _HYBRIDS.get(quantization)
     if hybrid is None:
@@ -77,3 +84,24 @@ def quantize_weights(model: torch.nn.Module, quantization: str, name: str,
     log.info("quantized %d of %d linear layers of %s to %s", quantized, linears, name, quantization)
     log.info("%s runs its low-bit kernel up to %s tokens per pass by weight shape", quantization,
              ", ".join(f"{o}x{i}: {m}" for (o, i), m in sorted(bounds.items())))
+
+
+def _to_fp16_weights(model: torch.nn.Module, name: str) -> None:
+    """``fp16-weights`` for ``model`` (float32, on the CPU), in place.
+
+    Raises:
+        ModelLoadError: no fbgemm in this torch, a model not in float32 on the CPU, or a weight float16
+            cannot hold.
+    """
+    parameter = next(model.parameters())
+    if not available():
+        raise ModelLoadError("quantization 'fp16-weights' needs fbgemm's float16 product, which this torch build "
+                             "lacks; use quantization 'none'")
+    if parameter.device.type != "cpu" or parameter.dtype != torch.float32:
+        raise ModelLoadError(f"quantization 'fp16-weights' is for float32 models on the CPU, and model {name!r} is "
+                             f"{parameter.dtype} on {parameter.device}; use dtype 'float32' or quantization 'none'")
+    try:
+        replaced, linears = make_fp16_weights(model)
+    except (RuntimeError, ValueError) as exc:
+        raise ModelLoadError(f"could not pack model {name!r}'s weights as float16: {exc}") from exc
+    log.info("packed %d of %d linear layers of %s as float16 weights (fbgemm)", replaced, linears, name)

@@ -1,0 +1,103 @@
+"""Whether ``quantization: auto`` packs a float32 model's weights as float16 (``fp16-weights``) here.
+
+A float32 model runs where the CPU has no bfloat16 instructions. fbgemm's float16-weight product reads
+half the bytes of the float32 one (:mod:`decoding.weights.fp16_weights`). auto takes it when both hold:
+
+* **it keeps the model**: every linear weight is exactly a float16 value (:func:`exact_in_fp16`), so the
+  packed weights are the float32 model's own. The model packs qualify: their GGUF weights are small
+  integers times float16 scales. A model whose weights float16 would round stays float32 (that would be
+  another model, a trade auto does not make);
+* **it is faster here**: measured once per model, CPU, threads and torch on the model's widest linear
+  layer, a one-token pass at least :data:`MIN_STEP_SPEEDUP` times faster and a pass of
+  :data:`LONG_PASS_TOKENS` tokens (prefill, long verify passes) at most :data:`MAX_LONG_PASS_SLOWDOWN`
+  slower (:func:`speedups`; kept in ``measured.json``, section ``fp16_speedup``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from decoding.choices.figures import FP16_SPEEDUP, cost_key, keep_entry, lookup
+from decoding.weights import fp16_weights
+
+MIN_STEP_SPEEDUP = 1.1
+LONG_PASS_TOKENS = 128
+MAX_LONG_PASS_SLOWDOWN = 1.1  # float16 weights may be this much slower than float32 for a long pass
+_ROWS_PER_CHECK = 8192  # rows compared at a time, so a 151,936-row output layer needs no half copy whole
+_ROUNDS = 5
+
+
+def exact_in_fp16(model: torch.nn.Module) -> tuple[int, int]:
+    """``(float32 linear weights that float16 would round, float32 linear weights)`` of ``model``, counted
+    in values; the first is 0 where packing keeps the model exactly."""
+    rounded, total = 0, 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and fp16_weights.fits(module):
+            weight = module.weight.detach()
+            total += weight.numel()
+            for start in range(0, weight.shape[0], _ROWS_PER_CHECK):
+                rows = weight[start:start + _ROWS_PER_CHECK]
+                rounded += int((rows.to(torch.float16).to(torch.float32) != rows).sum())
+    return rounded, total
+
+
+def _median_ms(run, x: torch.Tensor) -> float:
+    run(x)
+    samples = []
+    for _ in range(_ROUNDS):
+        started = time.perf_counter()
+        run(x)
+        samples.append(time.perf_counter() - started)
+    return 1000 * statistics.median(samples)
+
+
+@torch.inference_mode()
+def measure_speedups(linear: torch.nn.Linear) -> dict[str, float]:
+    """``{"1": ratio, "128": ratio}``: the float32 product's time over the float16-weight product's for
+    passes of 1 and :data:`LONG_PASS_TOKENS` tokens through ``linear`` (a float32 layer on the CPU)."""
+    packed = fp16_weights.Fp16WeightLinear(linear)
+    ratios = {}
+    for tokens in (1, LONG_PASS_TOKENS):
+        x = torch.randn(1, tokens, linear.in_features)
+        ratios[str(tokens)] = round(_median_ms(linear, x) / _median_ms(packed, x), 3)
+    return ratios
+
+
+def speedups(model: torch.nn.Module, name: str) -> dict[str, float]:
+    """The pinned or cached speedups of ``model`` (``name``), else measured on its widest float32 linear
+    layer and cached (:func:`measure_speedups`)."""
+    key = cost_key(name, model)
+    entry, _ = lookup(FP16_SPEEDUP, key)
+    if entry is not None and all(isinstance(entry.get(k), (int, float)) for k in ("1", str(LONG_PASS_TOKENS))):
+        return {k: float(entry[k]) for k in ("1", str(LONG_PASS_TOKENS))}
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and fp16_weights.fits(m)
+               and m.out_features < 65536]  # a transformer block's layer, not the vocabulary's
+    widest = max(linears, key=lambda m: m.weight.numel())
+    measured = measure_speedups(widest)
+    keep_entry(FP16_SPEEDUP, key, lambda earlier: measured, "measured float16-weight speedups")
+    return measured
+
+
+def choose(model: torch.nn.Module, name: str) -> tuple[bool, str]:
+    """Whether ``quantization: auto`` packs float32 ``model`` as ``fp16-weights`` here, and a sentence why."""
+    if not fp16_weights.available():
+        return False, f"none: this torch has no fbgemm float16 product, so {name} keeps its float32 weights"
+    rounded, total = exact_in_fp16(model)
+    if total == 0:
+        return False, f"none: {name} has no float32 linear layer on the CPU"
+    if rounded:
+        return False, (f"none: float16 would round {rounded / total:.2%} of {name}'s linear weights (another "
+                       f"model), so it keeps its float32 weights")
+    ratio = speedups(model, name)
+    step, long_pass = ratio["1"], ratio[str(LONG_PASS_TOKENS)]
+    figures = (f"a one-token pass {step:.2f}x and a {LONG_PASS_TOKENS}-token pass {long_pass:.2f}x as fast as "
+               f"float32 here")
+    if step >= MIN_STEP_SPEEDUP and long_pass >= 1 / MAX_LONG_PASS_SLOWDOWN:
+        return True, (f"fp16-weights: every linear weight of {name} is a float16 value (the same model), and "
+                      f"the float16-weight product runs {figures}")
+    return False, (f"none: {name}'s weights are float16 values, but the float16-weight product runs {figures} "
+                   f"(auto asks at least {MIN_STEP_SPEEDUP}x for one token, at most {MAX_LONG_PASS_SLOWDOWN}x "
+                   f"slower for {LONG_PASS_TOKENS})")

@@ -1,0 +1,92 @@
+"""``fp16-weights``: a float32 model's linear weights stored in float16, computed in float32.
+
+On a CPU without bfloat16 instructions (most laptops, Intel Ice Lake, AMD before Zen 4) a model runs in
+float32, and every pass reads 4 bytes per weight. PyTorch ships fbgemm's float16 matrix product
+(``quantized::linear_prepack_fp16`` packs a float32 weight into float16 panels once;
+``quantized::linear_dynamic_fp16`` multiplies float32 activations by it, converting the weights to
+float32 in registers and accumulating in float32). It reads half the bytes at every pass size and needs
+only x86 F16C for the conversion, so one-token steps, verify passes and prefills all run on it: no dense
+copy is kept (unlike :mod:`decoding.weights.hybrid_linear`), and the weights take half the memory.
+
+What changes in the model: each weight is rounded once to float16 (11 significant bits; the packs' GGUF
+weights are 4-6-bit values times float16 scales, so most survive nearly unchanged). Activations,
+accumulation, norms, embeddings and the KV cache stay float32. ``speclsp bench agreement --dtype float32
+--quantizations fp16-weights`` measures how often it keeps the float32 model's greedy token
+(docs/decisions.md#quantization-auto). Exactness: speculative output equals plain decoding of the same
+weights (a pass of several tokens and a one-token step may round a float32 sum differently, as the dense
+float32 product does).
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: Largest magnitude float16 holds; a weight beyond it would saturate (none of the packs' do).
+FP16_MAX = 65504.0
+
+
+def available() -> bool:
+    """Whether this torch build has fbgemm's float16 product (x86 builds with fbgemm do)."""
+    try:
+        torch.ops.quantized.linear_prepack_fp16
+        torch.ops.quantized.linear_dynamic_fp16
+    except (AttributeError, RuntimeError):
+        return False
+    return "fbgemm" in torch.backends.quantized.supported_engines
+
+
+class Fp16WeightLinear(torch.nn.Module):
+    """A linear layer whose weight is packed as float16 for fbgemm (see the module docstring).
+
+    Args:
+        linear: the layer to replace: weight ``(out_features, in_features)`` float32 on the CPU, every
+            value within :data:`FP16_MAX`; bias (if any) float32.
+    Raises:
+        ValueError: a weight that is not float32 on the CPU, or one that float16 cannot hold.
+    """
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        weight = linear.weight.detach()
+        if weight.dtype != torch.float32 or weight.device.type != "cpu":
+            raise ValueError(f"fp16-weights packs float32 weights on the CPU, not {weight.dtype} on {weight.device}")
+        if weight.abs().max().item() > FP16_MAX:
+            raise ValueError("a weight exceeds float16's range")
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
+        self.packed = torch.ops.quantized.linear_prepack_fp16(weight.contiguous(), bias)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The float16-rounded weight as float32 ``(out_features, in_features)``, unpacked on each read
+        (for code that inspects a layer's weight; the passes never read it)."""
+        return torch.ops.quantized.linear_unpack_fp16(self.packed)[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., in_features) float32
+        rows = x.reshape(-1, self.in_features)
+        out = torch.ops.quantized.linear_dynamic_fp16(rows if rows.is_contiguous() else rows.contiguous(), self.packed)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, float16 weights (fbgemm)"
+
+
+def fits(linear: torch.nn.Linear) -> bool:
+    """Whether ``linear`` can be packed: a float32 weight on the CPU."""
+    return linear.weight.dtype == torch.float32 and linear.weight.device.type == "cpu"
+
+
+def make_fp16_weights(model: torch.nn.Module) -> tuple[int, int]:
+    """Replace every linear layer of ``model`` that :func:`fits` by a :class:`Fp16WeightLinear`, freeing
+    its float32 weight (unless another module shares it, as tied embeddings do). Returns ``(replaced,
+    linear layers)``."""
+    replaced, total = 0, 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, torch.nn.Linear):
+                continue
+            total += 1
+            if fits(child):
+                setattr(parent, name, Fp16WeightLinear(child))
+                replaced += 1
+    return replaced, total
