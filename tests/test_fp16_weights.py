@@ -60,12 +60,22 @@ def _with_weight(linear: torch.nn.Linear, value: float) -> torch.nn.Linear:
     return linear
 
 
+def test_the_float16_table_returns_the_float32_rows_of_float16_values():
+    embedding = torch.nn.Embedding(20, 8)
+    ids = torch.tensor([[3, 0, 19]])
+    out = fp16_weights.Fp16Embedding(embedding)(ids)
+    assert out.dtype == torch.float32
+    assert torch.equal(out, embedding(ids).to(torch.float16).to(torch.float32))
+    assert not torch.equal(out, embedding(ids))  # random float32 values are rounded: the comparison can fail
+
+
 def test_quantize_packs_every_linear_layer_and_refuses_a_bfloat16_model():
     model = tiny_model(seed=0, hidden=64)
     quantize_weights(model, "fp16-weights", "tiny")
     hybrids, linears = quantized_linear_count(model)
     assert hybrids == linears > 0
-    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert not any(isinstance(m, (torch.nn.Linear, torch.nn.Embedding)) for m in model.modules())
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # the table is a float16 buffer
     with pytest.raises(ModelLoadError, match="float32 models"):
         quantize_weights(tiny_model(seed=0, hidden=64).to(torch.bfloat16), "fp16-weights", "tiny")
 

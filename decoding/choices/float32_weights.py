@@ -31,11 +31,12 @@ _ROUNDS = 5
 
 
 def exact_in_fp16(model: torch.nn.Module) -> tuple[int, int]:
-    """``(float32 linear weights that float16 would round, float32 linear weights)`` of ``model``, counted
-    in values; the first is 0 where packing keeps the model exactly."""
+    """``(float32 weights of linear and embedding layers that float16 would round, such weights)`` of
+    ``model``, counted in values; the first is 0 where packing keeps the model exactly."""
     rounded, total = 0, 0
     for module in model.modules():
-        if isinstance(module, torch.nn.Linear) and fp16_weights.fits(module):
+        if (isinstance(module, torch.nn.Linear) and fp16_weights.fits(module)) or (
+                isinstance(module, torch.nn.Embedding) and module.weight.dtype == torch.float32):
             weight = module.weight.detach()
             total += weight.numel()
             for start in range(0, weight.shape[0], _ROWS_PER_CHECK):

@@ -6,11 +6,12 @@ float32, and every pass reads 4 bytes per weight. PyTorch ships fbgemm's float16
 ``quantized::linear_dynamic_fp16`` multiplies float32 activations by it, converting the weights to
 float32 in registers and accumulating in float32). It reads half the bytes at every pass size and needs
 only x86 F16C for the conversion, so one-token steps, verify passes and prefills all run on it: no dense
-copy is kept (unlike :mod:`decoding.weights.hybrid_linear`), and the weights take half the memory.
+copy is kept (unlike :mod:`decoding.weights.hybrid_linear`), and the weights take half the memory. The
+embedding table is held in float16 too (:class:`Fp16Embedding`).
 
 What changes in the model: each weight is rounded once to float16 (11 significant bits; the packs' GGUF
 weights are 4-6-bit values times float16 scales, so most survive nearly unchanged). Activations,
-accumulation, norms, embeddings and the KV cache stay float32. ``speclsp bench agreement --dtype float32
+accumulation, norms and the KV cache stay float32. ``speclsp bench agreement --dtype float32
 --quantizations fp16-weights`` measures how often it keeps the float32 model's greedy token
 (docs/decisions.md#quantization-auto). Exactness: speculative output equals plain decoding of the same
 weights (a pass of several tokens and a one-token step may round a float32 sum differently, as the dense
@@ -71,18 +72,51 @@ class Fp16WeightLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, float16 weights (fbgemm)"
 
 
+class Fp16Embedding(torch.nn.Module):
+    """An embedding table held in float16 (a buffer, so the model's parameters still say float32), its rows
+    returned as float32: half the memory of the float32 table, the same values where they are float16 values.
+
+    Args:
+        embedding: the layer to replace (float32 weight ``(num_embeddings, embedding_dim)``, within
+            :data:`FP16_MAX`; no ``max_norm``).
+    Raises:
+        ValueError: a weight that is not float32, one float16 cannot hold, or a ``max_norm``.
+    """
+
+    def __init__(self, embedding: torch.nn.Embedding):
+        super().__init__()
+        weight = embedding.weight.detach()
+        if weight.dtype != torch.float32 or embedding.max_norm is not None:
+            raise ValueError("Fp16Embedding takes a float32 table without max_norm")
+        if weight.abs().max().item() > FP16_MAX:
+            raise ValueError("an embedding value exceeds float16's range")
+        self.num_embeddings, self.embedding_dim = embedding.num_embeddings, embedding.embedding_dim
+        self.padding_idx = embedding.padding_idx
+        self.register_buffer("table", weight.to(torch.float16), persistent=False)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The table as float32 (a copy, made on each read; the passes never read it)."""
+        return self.table.to(torch.float32)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:  # ids: (...) int64 -> (..., embedding_dim) float32
+        return torch.nn.functional.embedding(ids, self.table).to(torch.float32)
+
+
 def fits(linear: torch.nn.Linear) -> bool:
     """Whether ``linear`` can be packed: a float32 weight on the CPU."""
     return linear.weight.dtype == torch.float32 and linear.weight.device.type == "cpu"
 
 
 def make_fp16_weights(model: torch.nn.Module) -> tuple[int, int]:
-    """Replace every linear layer of ``model`` that :func:`fits` by a :class:`Fp16WeightLinear`, freeing
-    its float32 weight (unless another module shares it, as tied embeddings do). Returns ``(replaced,
-    linear layers)``."""
+    """Replace every linear layer of ``model`` that :func:`fits` by a :class:`Fp16WeightLinear` and every
+    float32 embedding table by a :class:`Fp16Embedding`, freeing the float32 weights. Returns ``(linear
+    layers replaced, linear layers)``."""
     replaced, total = 0, 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Embedding) and child.weight.dtype == torch.float32:
+                setattr(parent, name, Fp16Embedding(child))
             if not isinstance(child, torch.nn.Linear):
                 continue
             total += 1
