@@ -220,8 +220,9 @@ def test_quantised_weights_are_measured_apart_from_dense_ones():
     from decoding.weights.quantization import quantize_weights
 
     dense = figures.cost_key("m", tiny_model(seed=0, hidden=128))
-    int4, int8 = tiny_model(seed=0, hidden=128), tiny_model(seed=0, hidden=128)
+    int4, int8, fp16 = tiny_model(seed=0, hidden=128), tiny_model(seed=0, hidden=128), tiny_model(seed=0, hidden=128)
     quantize_weights(int4, "int4-hybrid", "m")
+    quantize_weights(fp16, "fp16-weights", "m")
     quantize_weights(int8, "int8-hybrid", "m")
-    keys = {dense, figures.cost_key("m", int4), figures.cost_key("m", int8)}
-    assert len(keys) == 3 and "|dense|" in dense and "|HybridInt4Linear|" in figures.cost_key("m", int4)
+    keys = {dense, figures.cost_key("m", int4), figures.cost_key("m", int8), figures.cost_key("m", fp16)}
+    assert len(keys) == 4 and "|Fp16WeightLinear|" in figures.cost_key("m", fp16) and "|dense|" in dense and "|HybridInt4Linear|" in figures.cost_key("m", int4)

@@ -33,6 +33,7 @@ import torch
 
 from decoding.weights.cpu_flags import cpu_name
 from decoding.weights.gguf_models import cache_root
+from decoding.weights.fp16_weights import Fp16WeightLinear
 from decoding.weights.hybrid_linear import HybridLinear
 
 log = logging.getLogger(__name__)
@@ -126,12 +127,12 @@ def update_json(path: Path, change: Callable[[dict], None], what: str) -> bool:
 
 
 def _weights_kind(model) -> str:
-    """How the linear layers hold their weights: ``dense``, or a hybrid layer class of ours
-    (``HybridInt4Linear``, ``HybridInt8Linear``)."""
+    """How the linear layers hold their weights: ``dense``, or a layer class of ours (``HybridInt4Linear``,
+    ``HybridInt8Linear``, ``Fp16WeightLinear``)."""
     if not isinstance(model, torch.nn.Module):
         return "own"  # a llama.cpp model: its GGUF file's types
     for module in model.modules():
-        if isinstance(module, HybridLinear):
+        if isinstance(module, (HybridLinear, Fp16WeightLinear)):
             return type(module).__name__
     return "dense"
 
