@@ -223,6 +223,7 @@ async def run_row(args: argparse.Namespace, pace_name: str, functions, backend: 
         print(f"[{backend} {pace_name}] typing {number}/{len(functions)}: {name}", file=sys.stderr)
         await session.type_function(name, text, start, end)
     await asyncio.sleep(0.5)
+    memory = server_memory_mb(client._server.pid)
     await client.shutdown_async(None)
     client.exit(None)
     await client.stop()
@@ -245,7 +246,23 @@ async def run_row(args: argparse.Namespace, pace_name: str, functions, backend: 
             "prompt_tokens_computed": sum(r.get("prefill_computed", 0) for r in records),
             "prefills_over_100_tokens": sum(1 for r in records if r.get("prefill_computed", 0) > 100),
             "answers_past_the_time_budget": sum(1 for r in records if r.get("finish") == "time"),
-            "replays": replays}
+            "server_memory_mb": memory, "replays": replays}
+
+
+def server_memory_mb(pid: int) -> dict[str, float | None]:
+    """The server process's resident memory now (``rss``) and at its peak (``peak``), in MB (10^6 bytes),
+    from ``/proc/PID/status`` (``VmRSS``, ``VmHWM``); ``None`` where it cannot be read."""
+    fields = {"VmRSS:": "rss", "VmHWM:": "peak"}
+    memory: dict[str, float | None] = {"rss": None, "peak": None}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                name, *value = line.split()
+                if name in fields and value:
+                    memory[fields[name]] = round(int(value[0]) * 1024 / 1e6, 1)  # kB
+    except (OSError, ValueError):
+        pass
+    return memory
 
 
 def run(args: argparse.Namespace) -> int:
@@ -288,13 +305,13 @@ def run(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "typist.json").write_text(json.dumps(result, indent=2) + "\n")
     print("row | pace | chars taken | share | shown / by model / taken | model p50/p95 ms | requests | superseded | "
-          "prompt tokens computed (prefills over 100)")
+          "prompt tokens computed (prefills over 100) | server memory MB (peak)")
     for row in rows:
         latency = row["model_latency_ms"]
         print(f"{row['row']} | {row['pace']} | {row['taken_characters']}/{row['characters']} | {row['taken_share']:.1%} | "
               f"{row['shown']} / {row['shown_by_model']} / {row['taken']} | {latency['p50']}/{latency['p95']} | "
               f"{row['requests']} | {row['superseded']} | {row['prompt_tokens_computed']} "
-              f"({row['prefills_over_100_tokens']})")
+              f"({row['prefills_over_100_tokens']}) | {row['server_memory_mb']['rss']} ({row['server_memory_mb']['peak']})")
     for row in rows:
         if "exactness" in row:
             e = row["exactness"]

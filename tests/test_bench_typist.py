@@ -44,3 +44,13 @@ def test_the_gate_interval_and_its_verdict():
              for i in range(200)]
     verdict = summarize(worse, "a", "b")
     assert not verdict["gate_passes"] and verdict["mid_token"]["first_line_exact"]["difference"][0] == -0.25
+
+
+def test_server_memory_reads_this_process_and_none_for_a_process_that_is_gone():
+    import os
+
+    from bench.typist import server_memory_mb
+
+    memory = server_memory_mb(os.getpid())
+    assert memory["rss"] is not None and 0 < memory["rss"] <= memory["peak"]
+    assert server_memory_mb(2**22 + 12345) == {"rss": None, "peak": None}  # above pid_max: no such process
