@@ -50,6 +50,22 @@ def weight_bytes(model) -> int:
             total += sum(getattr(param, n).numel() * getattr(param, n).element_size() for n in names)
         else:
             total += param.numel() * param.element_size()
+    return total + _fp16_weight_bytes(model)
+
+
+def _fp16_weight_bytes(model) -> int:
+    """Bytes of the float16 weights ``fp16-weights`` holds outside the parameters (fbgemm's packed
+    matrices, the embedding table's buffer)."""
+    from decoding.weights.fp16_weights import Fp16Embedding, Fp16WeightLinear
+
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    total = 0
+    for module in model.modules():
+        if isinstance(module, Fp16WeightLinear):
+            total += 2 * module.in_features * module.out_features
+        elif isinstance(module, Fp16Embedding):
+            total += module.table.numel() * module.table.element_size()
     return total
 
 
