@@ -112,7 +112,8 @@ def what_ran(environ: Mapping[str, str] | None = None) -> dict:
     record["capped"] = None if kind is NATIVE else not warnings
     record["warnings"] = warnings
     for warning in warnings:
-        print(f"WARNING: --cpu-kind {kind.name}: {warning}: these figures are NOT the kind's", file=sys.stderr)
+        print(f"WARNING: --cpu-kind {kind.name}: {warning}"
+              + (": these figures are NOT the kind's" if kind is not NATIVE else ""), file=sys.stderr)
     return record
 
 
