@@ -39,6 +39,8 @@ weights do not matter for timing) and the time of verifying k tokens relative to
 512-token cache, on this machine (``DIR/cost.json``).
 ``--step-cost``: cost(M) of the real loaded target and draft, in the given ``--dtype``, ``--quantization``
 and ``--engine`` (:mod:`bench.step_cost`; every weight path in one run: ``speclsp bench step-cost``).
+``--cpu-kind avx512-vnni|avx2``: measured as that kind of CPU, emulated (:mod:`bench.cpu_kinds`); every
+row says the kind (``cpu_kind``) and ``DIR/what_ran.json`` what the kernels ran with.
 A measurement command, not a test: it times this machine.
 """
 
@@ -54,7 +56,7 @@ from typing import NamedTuple
 
 import torch
 
-from bench import llama_cpp
+from bench import cpu_kinds, llama_cpp
 from bench.decode_peers import LLAMA_METHODS, LLAMA_PLAIN, LlamaPeers
 from bench.decode_plots import plot, plot_rates
 from bench.noise import measure_parting
@@ -279,41 +281,22 @@ def chosen_methods(asked: str, target: str) -> list[str]:
                                *([LLAMA_PLAIN, *llama] if llama else [])]))
 
 
-def _emit(rows: list[dict], out: Path | None, name: str) -> int:
-    """Print ``rows`` as JSON lines and, with ``out``, write them to ``out/name``; the exit status 0."""
+def _emit(rows: list[dict], out: Path | None, name: str, ran: dict) -> int:
+    """Print ``rows``, each with its CPU kind (of ``ran``), as JSON lines; with ``out``, to ``out/name`` too."""
+    rows = [{**row, "cpu_kind": cpu_kinds.label(ran)} for row in rows]
     for row in rows:
         print(json.dumps(row))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(json.dumps(rows, indent=2) + "\n")
+        (out / "what_ran.json").write_text(json.dumps(ran, indent=2) + "\n")
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    chosen_methods(args.methods, args.model)  # an unknown method fails before the models load
-    if args.cost:
-        from decoding.weights.loading import resolve_device
-
-        return _emit(cost(args.cost_shapes.split(","), str(resolve_device(args.device))), args.out, "cost.json")
-    if args.engine == "llama.cpp" and not args.step_cost:
-        unrunnable = [m for m in chosen_methods(args.methods, args.model) if m == "tree" or m.startswith("hf_")]
-        if unrunnable:
-            raise SystemExit(f"--engine llama.cpp cannot run {', '.join(unrunnable)} (trees need attention masks; "
-                             "transformers' methods need a torch model): name --methods without them")
-    engine = Engine.load(EngineConfig(model=args.model, draft_model=args.draft_model, device=args.device,
-                                      dtype=args.dtype, quantization=args.quantization, engine=args.engine))
-    if args.step_cost:
-        from bench.step_cost import step_costs
-
-        return _emit(step_costs(engine), args.out, "step_cost.json")
-    methods = chosen_methods(args.methods, engine.target.name)
-    repeats = 1 if args.quick else args.repeats
-    prompts_of = workloads(engine.tokenizer, args.quick, args.seed, args.corpus, tuple(args.workloads.split(",")))
-    draft_name = engine.draft.name if engine.draft is not None else None
-    with LlamaPeers([m for m in methods if m in LLAMA_METHODS], engine.target.name, draft_name) as peers:
-        rows = bench(engine, prompts_of, repeats, args.max_draft_tokens, methods, peers)
-    header = f"{'workload':<8} {'method':<17} {'tok/s':>8} {'speedup':>8} {'tok/pass':>8} {'accept':>7} identical"
-    print(header)
+def print_table(rows: list[dict], max_draft: int, kind: str) -> None:
+    """The rows as a table on stdout, under the CPU kind ``kind`` (:func:`bench.cpu_kinds.label`)."""
+    print(f"CPU kind: {kind}")
+    print(f"{'workload':<8} {'method':<17} {'tok/s':>8} {'speedup':>8} {'tok/pass':>8} {'accept':>7} identical")
     for row in rows:
         fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
         print(f"{row['workload']:<8} {row['method']:<17} {row['tokens_per_s']:>8.1f} {fmt(row['speedup_vs_plain'], '>8.2f')} "
@@ -329,10 +312,42 @@ def run(args: argparse.Namespace) -> int:
     for workload in dict.fromkeys(row["workload"] for row in rows):
         bound = next(row["lookup_bound_tokens_per_pass"] for row in rows if row["workload"] == workload)
         print(f"{workload}: the best lookup drafter in hindsight would reach {bound} tokens per pass "
-              f"(k <= {args.max_draft_tokens})")
+              f"(k <= {max_draft})")
+
+
+def run(args: argparse.Namespace) -> int:
+    chosen_methods(args.methods, args.model)  # an unknown method fails before the models load
+    relaunched = cpu_kinds.run_as_kind(args)  # an emulated kind: measured in a child with its caps
+    if relaunched is not None:
+        return relaunched
+    ran = cpu_kinds.what_ran()
+    if args.cost:
+        from decoding.weights.loading import resolve_device
+
+        return _emit(cost(args.cost_shapes.split(","), str(resolve_device(args.device))), args.out, "cost.json", ran)
+    if args.engine == "llama.cpp" and not args.step_cost:
+        unrunnable = [m for m in chosen_methods(args.methods, args.model) if m == "tree" or m.startswith("hf_")]
+        if unrunnable:
+            raise SystemExit(f"--engine llama.cpp cannot run {', '.join(unrunnable)} (trees need attention masks; "
+                             "transformers' methods need a torch model): name --methods without them")
+    engine = Engine.load(EngineConfig(model=args.model, draft_model=args.draft_model, device=args.device,
+                                      dtype=args.dtype, quantization=args.quantization, engine=args.engine))
+    if args.step_cost:
+        from bench.step_cost import step_costs
+
+        return _emit(step_costs(engine), args.out, "step_cost.json", ran)
+    methods = chosen_methods(args.methods, engine.target.name)
+    repeats = 1 if args.quick else args.repeats
+    prompts_of = workloads(engine.tokenizer, args.quick, args.seed, args.corpus, tuple(args.workloads.split(",")))
+    draft_name = engine.draft.name if engine.draft is not None else None
+    with LlamaPeers([m for m in methods if m in LLAMA_METHODS], engine.target.name, draft_name) as peers:
+        rows = [{**row, "cpu_kind": cpu_kinds.label(ran)}
+                for row in bench(engine, prompts_of, repeats, args.max_draft_tokens, methods, peers)]
+    print_table(rows, args.max_draft_tokens, cpu_kinds.label(ran))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
+        (args.out / "what_ran.json").write_text(json.dumps(ran, indent=2) + "\n")
         sweep_rows = sweep(engine, prompts_of) if args.sweep else []
         if sweep_rows:
             (args.out / "sweep.json").write_text(json.dumps(sweep_rows, indent=2) + "\n")
@@ -379,6 +394,7 @@ def add_parser(kinds) -> None:
                              "prefill pieces after a 512-token prompt, for the loaded target and draft (with "
                              "--dtype/--quantization/--engine; DIR/step_cost.json); every weight path: "
                              "speclsp bench step-cost")
+    cpu_kinds.add_argument(decode)
     decode.add_argument("--cost-shapes", default="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b",
                         help=f"shapes for --cost, from {', '.join(QWEN_SHAPES)}")
     decode.set_defaults(run=run)

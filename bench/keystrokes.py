@@ -30,6 +30,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
+from bench import cpu_kinds
 from bench.lsp import percentile, start_server
 
 TYPED = "result = compute_total(value, 42)"  # typed one character per keystroke on an empty middle line
@@ -154,8 +155,11 @@ def summarize_keystrokes(open_ms: float, samples: list[dict], records: list[dict
 
 
 def run(args: argparse.Namespace) -> int:
+    ran = cpu_kinds.what_ran()
     result = asyncio.run(run_keystrokes(args))
-    result = {"document_sizes_mb": args.document_sizes, "by_size": result}
+    result = {"document_sizes_mb": args.document_sizes, "cpu_kind": cpu_kinds.label(ran), "by_size": result,
+              "what_ran": ran}
+    print(f"CPU kind: {result['cpu_kind']}")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "keystrokes.json").write_text(json.dumps(result, indent=2) + "\n")

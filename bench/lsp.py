@@ -20,6 +20,9 @@ With ``--requests-json FILE``, one row per request as well (:func:`request_rows`
 With ``--backend openai --endpoint URL`` (or ``llamacpp-infill``) the same replay runs against a remote
 serving engine: the server loads no model, ``--model`` names the tokenizer, and model time is the
 remote stages (time to first token and the stream).
+With ``--cpu-kind avx512-vnni|avx2`` (here, ``--typist`` and ``--document-sizes`` alike) the command runs
+again in a process with the kind's caps, and the server it starts inherits them (:mod:`bench.cpu_kinds`);
+the output says the kind (``cpu_kind``) and what the kernels ran with (``what_ran``).
 A measurement command, not a test.
 """
 
@@ -38,6 +41,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
+from bench import cpu_kinds
 from bench.corpus import DEFAULT_HELD_OUT, read_texts, stdlib_files
 from bench.lsp_client import percentile, start_server
 from lsp_server.completion.mode import decide_mode, suppresses_automatic
@@ -268,6 +272,9 @@ def summarize(samples: list[dict], records: dict[int, dict], functions) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    relaunched = cpu_kinds.run_as_kind(args)  # an emulated kind: this command again with its caps (the server
+    if relaunched is not None:                # it starts inherits them)
+        return relaunched
     if getattr(args, "document_sizes", None):  # keystroke latency in large documents (bench.keystrokes)
         return args.measure_keystrokes(args)
     if args.typist:  # characters our suggestions write for a typist (bench.typist)
@@ -280,12 +287,14 @@ def run(args: argparse.Namespace) -> int:
         args.functions = min(args.functions, 2)
     if args.backend != "local" and not args.endpoint:
         raise SystemExit(f"speclsp bench lsp: --backend {args.backend} needs --endpoint URL")
+    ran = cpu_kinds.what_ran()
     result = asyncio.run(run_bench(args))
     result.update(drafter=args.drafter, max_new_tokens=args.max_new_tokens, seed=args.seed, quick=args.quick,
-                  backend=args.backend)
+                  backend=args.backend, cpu_kind=cpu_kinds.label(ran), what_ran=ran)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"CPU kind: {result['cpu_kind']}")
     for key in ("requests", "latency_ms", "single_line_latency_ms", "overhead_ms", "end_to_end_overhead_ms",
                 "overhead_parts_ms", "cache_hit_ms", "cache_hit_rate", "cancelled", "tokens_per_pass"):
         print(f"{key:<24} {json.dumps(result[key])}")
@@ -330,5 +339,6 @@ def add_parser(kinds) -> argparse.ArgumentParser:
     lsp.add_argument("--requests-json", type=Path, default=None, metavar="FILE",
                      help="write one row per request (time sent, prompt tokens and reused, new tokens, status, "
                           "latency) to FILE: the input of speclsp bench scale-out")
+    cpu_kinds.add_argument(lsp)
     lsp.set_defaults(run=run)
     return lsp

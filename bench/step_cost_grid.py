@@ -15,6 +15,9 @@ llama-cpp-python missing) gets a row that says why. Then:
   (docs/bench/decode-quick-19d0c86/README.md), cost(M) between measured sizes interpolated linearly;
 * ``DIR/cost_vs_tokens.png``: cost(M) per path, one panel per model and context.
 
+With ``--cpu-kind avx512-vnni|avx2`` each path's process runs with the kind's caps (:mod:`bench.cpu_kinds`):
+every row records what its kernels ran with (``what_ran``) and the tables say the kind, ``emulated``.
+
 A measurement command, not a test: it times this machine. Run it on a quiet machine.
 """
 
@@ -22,13 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench import cpu_kinds
 from bench.weight_paths import PATHS
+from decoding.weights.cpu_kinds import NATIVE, CpuKind, emulated_kind
 
 DEFAULT_MODELS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
 #: (tokens committed per target pass, tokens per pass) of the decode workloads: see the module docstring.
@@ -79,7 +83,9 @@ def measure_one(path_name: str, model: str, contexts: tuple[int, ...], repeats: 
     try:
         loaded, load_s = load(path, model, cache)
     except (ModelLoadError, ImportError, OSError) as exc:
-        return [{**head, "unavailable": f"{type(exc).__name__}: {exc}"}]
+        return [{**head, "cpu_kind": (emulated_kind() or NATIVE).name, "unavailable": f"{type(exc).__name__}: {exc}"}]
+    ran = cpu_kinds.what_ran()  # in this process's environment: the kind's caps, where one is emulated
+    head.update(cpu_kind=cpu_kinds.label(ran), what_ran=ran)
     rows = []
     for context in contexts:
         started = time.perf_counter()
@@ -98,9 +104,9 @@ def _cpu_name() -> str:
 
 
 def measure_all(models: list[str], paths: list[str], contexts: tuple[int, ...], repeats: int, out: Path,
-                cache: Path) -> list[dict]:
+                cache: Path, kind: CpuKind = NATIVE) -> list[dict]:
     """Every path and model, each in a fresh process (memory freed, one path's compile caches and threads
-    kept from the next); rows as they come are written to ``out/step_cost.json``."""
+    kept from the next) with ``kind``'s caps; rows as they come are written to ``out/step_cost.json``."""
     rows: list[dict] = []
     out.mkdir(parents=True, exist_ok=True)
     for model in models:
@@ -111,12 +117,14 @@ def measure_all(models: list[str], paths: list[str], contexts: tuple[int, ...], 
                        "--out", str(one)]
             print(f"step cost: {path} {model} ...", file=sys.stderr)
             try:
-                done = subprocess.run(command, timeout=ONE_PATH_TIMEOUT_S, env={**os.environ}, check=False)
+                done = subprocess.run(command, timeout=ONE_PATH_TIMEOUT_S, env=cpu_kinds.kind_environment(kind),
+                                      check=False)
                 failure = None if done.returncode == 0 and one.exists() else f"exit status {done.returncode}"
             except subprocess.TimeoutExpired:
                 failure = f"over {ONE_PATH_TIMEOUT_S} s"
             rows.extend(json.loads(one.read_text()) if failure is None else
-                        [{"path": path, "model": model, "unavailable": f"the measuring process failed ({failure})"}])
+                        [{"path": path, "model": model, "cpu_kind": kind.name,
+                          "unavailable": f"the measuring process failed ({failure})"}])
             (out / "step_cost.json").write_text(json.dumps(rows, indent=2) + "\n")
     return rows
 
@@ -128,7 +136,9 @@ def markdown(rows: list[dict]) -> str:
     measured = [r for r in rows if "unavailable" not in r]
     for model in dict.fromkeys(r["model"] for r in measured):
         for context in dict.fromkeys(r["context"] for r in measured if r["model"] == model):
+            kinds = dict.fromkeys(r.get("cpu_kind") for r in measured if (r["model"], r["context"]) == (model, context))
             lines += [f"### {model}, {context}-token prompt", "",
+                      *[f"CPU kind: {kind}" for kind in kinds if kind], *([""] if any(kinds) else []),
                       "| path | weights (GB) | " + " | ".join(f"M={s}" for s in sizes)
                       + " | plain tok/s | edit tok/s | fim tok/s | fim with prompt | load s | first round s |",
                       "|---" * (len(sizes) + 8) + "|"]
@@ -201,7 +211,8 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise SystemExit(f"unknown paths {unknown}; use {', '.join(PATHS)}")
     rows = (json.loads((args.out / "step_cost.json").read_text()) if args.tables_only
-            else measure_all(models, paths, contexts, args.repeats, args.out, cache))
+            else measure_all(models, paths, contexts, args.repeats, args.out, cache,
+                             cpu_kinds.checked_kind(args.cpu_kind)))
     table = markdown(rows)
     (args.out / "step_cost.md").write_text(table)
     print(table)
@@ -221,6 +232,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--cache", type=Path, default=None, help="where Q4_0/Q8_0 GGUF files are written once "
                                                                  "(default: the speclsp cache's bench-gguf/)")
     parser.add_argument("--tables-only", action="store_true", help="redo the table and plot from DIR/step_cost.json")
+    cpu_kinds.add_argument(parser)
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # one path, in this process
     parser.set_defaults(run=run)
     return parser

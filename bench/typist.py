@@ -40,6 +40,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
+from bench import cpu_kinds
 from bench.corpus import corpus_files
 from bench.lsp_client import percentile, server_settings, start_server
 
@@ -266,6 +267,7 @@ def server_memory_mb(pid: int) -> dict[str, float | None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    ran = cpu_kinds.what_ran()  # the servers started below inherit this process's environment
     functions = pick_functions(args.functions, args.seed)
     print("functions: " + "; ".join(name for name, *_ in functions), file=sys.stderr)
     rows = []
@@ -300,10 +302,12 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:
         row.pop("replays")
     result = {"functions": [name for name, *_ in functions], "model": args.model, "draft_model": args.draft_model,
-              "drafter": args.drafter, "seed": args.seed, "rows": rows}
+              "drafter": args.drafter, "seed": args.seed, "cpu_kind": cpu_kinds.label(ran), "rows": rows,
+              "what_ran": ran}
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "typist.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"CPU kind: {result['cpu_kind']}")
     print("row | pace | chars taken | share | shown / by model / taken | model p50/p95 ms | requests | superseded | "
           "prompt tokens computed (prefills over 100) | server memory MB (peak)")
     for row in rows:

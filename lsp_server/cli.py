@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     # serve and complete need no plugin: a server on a remote engine then never imports torch
     args = build_parser(plugins=command not in BUILT_IN).parse_args(argv)
+    args.argv = list(argv)  # the command line, for a command that runs itself again (bench --cpu-kind)
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     set_logger_levels(args.verbose)

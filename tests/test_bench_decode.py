@@ -211,3 +211,19 @@ def test_the_seed_formula_beside_the_sweep():
 
     assert expected_tokens_per_pass(0.0, 8) == 1.0 and expected_tokens_per_pass(1.0, 8) == 9.0
     assert expected_tokens_per_pass(0.5, 2) == pytest.approx(1.75)  # 1 + 0.5 + 0.25
+
+
+@pytest.mark.e2e
+def test_an_emulated_cpu_kind_runs_the_command_again_in_a_child_with_its_caps():
+    """The parent runs the same command line again with the avx2 caps; the child's refusal and exit status
+    come back (the refusal is cheap: no model loads)."""
+    from decoding.weights.cpu_flags import native_cpu_flags
+    from decoding.weights.cpu_kinds import AVX2
+
+    if AVX2.missing_flags(native_cpu_flags()):
+        pytest.skip("this CPU cannot run the avx2 kind")
+    done = subprocess.run([sys.executable, "-m", "lsp_server.cli", "bench", "decode", "--cpu-kind", "avx2",
+                           "--engine", "llama.cpp", "--methods", "tree"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "[cpu kind] avx2: running this command again with ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2" in done.stderr
+    assert "--engine llama.cpp cannot run tree" in done.stderr
