@@ -75,7 +75,9 @@ def logits_width(model) -> int:
     width = getattr(model, "vocab_size", None)
     if isinstance(width, int) and not hasattr(model, "get_output_embeddings"):
         return width
-    return int(model.get_output_embeddings().weight.shape[0])
+    head = model.get_output_embeddings()
+    width = getattr(head, "out_features", None)  # read without the weight: fp16-weights unpacks it on each read
+    return int(width) if isinstance(width, int) else int(head.weight.shape[0])
 
 
 class Preempted(Exception):

@@ -13,7 +13,7 @@ from decoding.choices import auto, float32_weights
 from decoding.choices.figures import PIN_VARIABLE
 from decoding.engine import Engine
 from decoding.errors import ModelLoadError
-from decoding.types import EngineConfig
+from decoding.types import EngineConfig, GenerationConfig
 from decoding.weights import fp16_weights
 from decoding.weights.fp16_weights import Fp16WeightLinear
 from decoding.weights.quantization import quantize_weights, quantized_linear_count
@@ -89,6 +89,22 @@ def test_speculative_greedy_equals_plain_greedy_of_the_fp16_weight_model(mode):
     assert engine.target.quantization == "fp16-weights"
     assert any(isinstance(m, Fp16WeightLinear) for m in engine.target.model.modules())
     assert_speculative_equals_plain(engine, mode)
+
+
+def test_generating_never_reads_a_packed_weight(monkeypatch):
+    """``.weight`` of a packed layer unpacks the whole matrix (hundreds of MB for a vocabulary layer): a
+    request that read it would wait on it. A healed, speculative generation through the engine reads none."""
+    engine = Engine.load(EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="float32",
+                                      quantization="fp16-weights"))
+
+    def unpack(layer):
+        raise AssertionError("a packed weight was read")
+
+    monkeypatch.setattr(Fp16WeightLinear, "weight", property(unpack))
+    monkeypatch.setattr(fp16_weights.Fp16Embedding, "weight", property(unpack))
+    prompt = engine.tokenizer.encode("def area(width, height):\n    return wid")
+    config = GenerationConfig(max_new_tokens=8, required_prefix="th", stop_token_ids=frozenset())
+    assert engine.generate(prompt, config, "ngram").token_ids
 
 
 def test_exact_in_fp16_counts_the_weights_float16_would_round():
