@@ -91,8 +91,11 @@ class Settings:
     dtype: str = _setting("model", "auto", "Weights' dtype; auto is bfloat16 on CUDA and on CPUs with native "
                           "bfloat16 instructions, float32 elsewhere.", cli=True, enum=list(DTYPES))
     quantization: str = _setting(
-        "model", "auto", "Weights of the target's and the draft's linear layers: auto (int8-hybrid where this CPU "
-        "runs a step faster so, timed once and cached; else as they are), none (as dtype), int8-hybrid (int8 "
+        "model", "auto", "Weights of the target's and the draft's linear layers: auto (a float32 model: "
+        "fp16-weights where its weights are float16 values and that runs faster here; a bfloat16 model: int8-hybrid "
+        "where this CPU runs a step faster so; timed once and cached; else as they are), none (as dtype), "
+        "fp16-weights (a float32 model's weights held in float16, computed in float32: half the memory and bytes "
+        "per pass; the same model where the weights are float16 values, as the packs' are), int8-hybrid (int8 "
         "weights for passes of few tokens, the same weights dequantised for prefill and long verify passes; keeps "
         "the model's greedy choices nearly as often as bfloat16 keeps its own), or int4-hybrid (the same with int4 "
         "weights: faster steps, but another model than the bfloat16 one, a trade of quality that auto never "
