@@ -3,7 +3,7 @@
 A float32 model runs where the CPU has no bfloat16 instructions. fbgemm's float16-weight product reads
 half the bytes of the float32 one (:mod:`decoding.weights.fp16_weights`). auto takes it when both hold:
 
-* **it keeps the model**: every linear weight is exactly a float16 value (:func:`exact_in_fp16`), so the
+* **it keeps the model**: every linear and embedding weight is exactly a float16 value (:func:`exact_in_fp16`), so the
   packed weights are the float32 model's own. The model packs qualify: their GGUF weights are small
   integers times float16 scales. A model whose weights float16 would round stays float32 (that would be
   another model, a trade auto does not make);
@@ -15,19 +15,16 @@ half the bytes of the float32 one (:mod:`decoding.weights.fp16_weights`). auto t
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 
 from decoding.choices.figures import FP16_SPEEDUP, cost_key, keep_entry, lookup
 from decoding.weights import fp16_weights
+from decoding.weights.hybrid_linear import median_seconds
 
 MIN_STEP_SPEEDUP = 1.1
 LONG_PASS_TOKENS = 128
 MAX_LONG_PASS_SLOWDOWN = 1.1  # float16 weights may be this much slower than float32 for a long pass
 _ROWS_PER_CHECK = 8192  # rows compared at a time, so a 151,936-row output layer needs no half copy whole
-_ROUNDS = 5
 
 
 def exact_in_fp16(model: torch.nn.Module) -> tuple[int, int]:
@@ -45,16 +42,6 @@ def exact_in_fp16(model: torch.nn.Module) -> tuple[int, int]:
     return rounded, total
 
 
-def _median_ms(run, x: torch.Tensor) -> float:
-    run(x)
-    samples = []
-    for _ in range(_ROUNDS):
-        started = time.perf_counter()
-        run(x)
-        samples.append(time.perf_counter() - started)
-    return 1000 * statistics.median(samples)
-
-
 @torch.inference_mode()
 def measure_speedups(linear: torch.nn.Linear) -> dict[str, float]:
     """``{"1": ratio, "128": ratio}``: the float32 product's time over the float16-weight product's for
@@ -63,7 +50,7 @@ def measure_speedups(linear: torch.nn.Linear) -> dict[str, float]:
     ratios = {}
     for tokens in (1, LONG_PASS_TOKENS):
         x = torch.randn(1, tokens, linear.in_features)
-        ratios[str(tokens)] = round(_median_ms(linear, x) / _median_ms(packed, x), 3)
+        ratios[str(tokens)] = round(median_seconds(linear, x) / median_seconds(packed, x), 3)
     return ratios
 
 

@@ -9,11 +9,12 @@ only x86 F16C for the conversion, so one-token steps, verify passes and prefills
 copy is kept (unlike :mod:`decoding.weights.hybrid_linear`), and the weights take half the memory. The
 embedding table is held in float16 too (:class:`Fp16Embedding`).
 
-What changes in the model: each weight is rounded once to float16 (11 significant bits; the packs' GGUF
-weights are 4-6-bit values times float16 scales, so most survive nearly unchanged). Activations,
-accumulation, norms and the KV cache stay float32. ``speclsp bench agreement --dtype float32
---quantizations fp16-weights`` measures how often it keeps the float32 model's greedy token
-(docs/decisions.md#quantization-auto). Exactness: speculative output equals plain decoding of the same
+What changes in the model: each weight is rounded once to float16 (11 significant bits). The packs'
+weights are float16 values already (their GGUF weights are small integers times float16 scales), so
+they pass unchanged, and ``quantization: auto`` packs only such weights (:mod:`decoding.choices.float32_weights`,
+docs/decisions.md#quantization-auto); for a model whose weights would round, ``speclsp bench agreement
+--dtype float32 --quantizations fp16-weights`` measures how often it keeps the float32 model's greedy
+token. Activations, accumulation, norms and the KV cache stay float32. Exactness: speculative output equals plain decoding of the same
 weights (a pass of several tokens and a one-token step may round a float32 sum differently, as the dense
 float32 product does).
 """
@@ -116,8 +117,8 @@ def make_fp16_weights(model: torch.nn.Module) -> tuple[int, int]:
     One layer at a time, holding no reference to a replaced layer: each float32 weight is freed as soon as
     its float16 copy exists, so memory peaks at the model plus one layer's copy, not at 1.5 times it.
     """
-    places = [(parent, name, type(child)) for parent, module in model.named_modules()
-              for name, child in module.named_children() if isinstance(child, (torch.nn.Linear, torch.nn.Embedding))]
+    places = [(parent_name, name, type(child)) for parent_name, parent in model.named_modules()
+              for name, child in parent.named_children() if isinstance(child, (torch.nn.Linear, torch.nn.Embedding))]
     replaced, total = 0, 0
     for parent_name, name, kind in places:
         parent = model.get_submodule(parent_name)

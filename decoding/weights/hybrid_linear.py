@@ -66,18 +66,23 @@ class HybridLinear(torch.nn.Module):
                 f"low-bit up to {self.max_low_bit_tokens} tokens")
 
 
-def _median_seconds(layer: HybridLinear, tokens: int, low_bit: bool) -> float:
-    """Median seconds of one pass of ``tokens`` random rows through ``layer``'s low-bit kernel or its dense
-    product, over a few calls after one to warm up."""
-    x = torch.randn(1, tokens, layer.in_features, dtype=layer.dense.dtype)
-    run = layer.low_bit if low_bit else layer.dense_product
+def median_seconds(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                   rounds: int = _CALIBRATION_ROUNDS) -> float:
+    """Median seconds of ``run(x)`` over ``rounds`` calls after one to warm up."""
     run(x)
     samples = []
-    for _ in range(_CALIBRATION_ROUNDS):
+    for _ in range(rounds):
         started = time.perf_counter()
         run(x)
         samples.append(time.perf_counter() - started)
     return statistics.median(samples)
+
+
+def _median_seconds(layer: HybridLinear, tokens: int, low_bit: bool) -> float:
+    """Median seconds of one pass of ``tokens`` random rows through ``layer``'s low-bit kernel or its dense
+    product (:func:`median_seconds`)."""
+    x = torch.randn(1, tokens, layer.in_features, dtype=layer.dense.dtype)
+    return median_seconds(layer.low_bit if low_bit else layer.dense_product, x)
 
 
 def fastest_low_bit_bound(layer: HybridLinear,
