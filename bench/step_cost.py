@@ -54,9 +54,10 @@ def weight_bytes(model) -> int:
 
 
 def _fp16_weight_bytes(model) -> int:
-    """Bytes of the float16 weights ``fp16-weights`` holds outside the parameters (fbgemm's packed
-    matrices, the embedding table's buffer)."""
+    """Bytes of the weights held outside the parameters (fbgemm's packed matrices of ``fp16-weights``,
+    the embedding table's float16 buffer or its mapped file region)."""
     from decoding.weights.fp16_weights import Fp16Embedding, Fp16WeightLinear
+    from decoding.weights.mapped_embedding import MappedEmbedding
 
     if not isinstance(model, torch.nn.Module):
         return 0
@@ -64,7 +65,7 @@ def _fp16_weight_bytes(model) -> int:
     for module in model.modules():
         if isinstance(module, Fp16WeightLinear):
             total += 2 * module.in_features * module.out_features
-        elif isinstance(module, Fp16Embedding):
+        elif isinstance(module, (Fp16Embedding, MappedEmbedding)):
             total += module.table.numel() * module.table.element_size()
     return total
 

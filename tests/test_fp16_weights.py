@@ -47,7 +47,7 @@ def test_the_packed_layer_computes_the_float32_product_of_its_float16_weights():
     assert (out - torch.nn.functional.linear(x, linear.weight.detach(), linear.bias.detach())).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("make", [lambda: torch.nn.Linear(8, 8).to(torch.bfloat16),
+@pytest.mark.parametrize("make", [lambda: torch.nn.Linear(8, 8).to(torch.float64),
                                   lambda: _with_weight(torch.nn.Linear(8, 8), 1e5)])
 def test_a_weight_float16_cannot_take_is_refused(make):
     with pytest.raises(ValueError):
@@ -69,15 +69,18 @@ def test_the_float16_table_returns_the_float32_rows_of_float16_values():
     assert not torch.equal(out, embedding(ids))  # random float32 values are rounded: the comparison can fail
 
 
-def test_quantize_packs_every_linear_layer_and_refuses_a_bfloat16_model():
+def test_quantize_packs_every_linear_layer_widens_a_narrow_model_and_refuses_float64():
     model = tiny_model(seed=0, hidden=64)
     quantize_weights(model, "fp16-weights", "tiny")
     hybrids, linears = quantized_linear_count(model)
     assert hybrids == linears > 0
     assert not any(isinstance(m, (torch.nn.Linear, torch.nn.Embedding)) for m in model.modules())
     assert {p.dtype for p in model.parameters()} == {torch.float32}  # the table is a float16 buffer
+    narrow = tiny_model(seed=0, hidden=64).to(torch.bfloat16)  # loaded as stored, to run in float32
+    quantize_weights(narrow, "fp16-weights", "tiny")
+    assert {p.dtype for p in narrow.parameters()} == {torch.float32} and narrow.config.dtype == torch.float32
     with pytest.raises(ModelLoadError, match="float32 models"):
-        quantize_weights(tiny_model(seed=0, hidden=64).to(torch.bfloat16), "fp16-weights", "tiny")
+        quantize_weights(tiny_model(seed=0, hidden=64).to(torch.float64), "fp16-weights", "tiny")
 
 
 @pytest.mark.parametrize("mode", ["ngram", "model"])

@@ -54,14 +54,17 @@ def _decided(setting: str, model: str, reason: str) -> None:
     log.info("%s auto for %s: %s", setting, model, reason)
 
 
-def choose_quantization(model: torch.nn.Module, name: str) -> tuple[str, dict[tuple[int, int], int], str]:
-    """What ``quantization: auto`` runs for ``model`` (loaded, dense, on its device and dtype) here.
+def choose_quantization(model: torch.nn.Module, name: str,
+                        run_dtype: torch.dtype | None = None) -> tuple[str, dict[tuple[int, int], int], str]:
+    """What ``quantization: auto`` runs for ``model`` (loaded, dense, on its device and dtype) here;
+    ``run_dtype``: the dtype it will run in where it was loaded narrow
+    (:func:`decoding.weights.fp16_weights.narrow_load_dtype`).
 
     Returns:
         ``(quantization, int8 bounds per (out, in) weight shape (for ``make_int8_hybrid``; empty for
         ``none`` and ``fp16-weights``), a sentence saying why)``; the choice is logged.
     """
-    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    device, dtype = next(model.parameters()).device, run_dtype or next(model.parameters()).dtype
     if device.type == "cpu" and dtype == torch.float32:
         packs, reason = float32_weights.choose(model, name)
         _decided("quantization", name, reason)

@@ -137,10 +137,11 @@ def _weights_kind(model) -> str:
     return "dense"
 
 
-def cost_key(name: str, model) -> str:
+def cost_key(name: str, model, dtype: torch.dtype | None = None) -> str:
     """What a model's timings depend on: the model, its kind (transformers' class or llama.cpp's), how
-    its weights are held, device, dtype, the CPU (or GPU) and its threads, torch."""
+    its weights are held, device, dtype (``dtype``: the one it will run in, for a model loaded narrow), the
+    CPU (or GPU) and its threads, torch."""
     device = model.device
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    return "|".join((name, type(model).__name__, _weights_kind(model), str(device), str(model.dtype), hardware,
+    return "|".join((name, type(model).__name__, _weights_kind(model), str(device), str(dtype or model.dtype), hardware,
                      f"threads={torch.get_num_threads()}", f"torch={torch.__version__}"))

@@ -28,16 +28,17 @@ _ROWS_PER_CHECK = 8192  # rows compared at a time, so a 151,936-row output layer
 
 
 def exact_in_fp16(model: torch.nn.Module) -> tuple[int, int]:
-    """``(float32 weights of linear and embedding layers that float16 would round, such weights)`` of
-    ``model``, counted in values; the first is 0 where packing keeps the model exactly."""
+    """``(weights of linear and embedding layers that float16 would round, such weights)`` of ``model``
+    (float32, or loaded narrow: :func:`decoding.weights.fp16_weights.narrow_load_dtype`), counted in
+    values and compared in float32; the first is 0 where packing keeps the model exactly."""
     rounded, total = 0, 0
     for module in model.modules():
         if (isinstance(module, torch.nn.Linear) and fp16_weights.fits(module)) or (
-                isinstance(module, torch.nn.Embedding) and module.weight.dtype == torch.float32):
+                isinstance(module, torch.nn.Embedding) and module.weight.dtype in fp16_weights.PACKABLE):
             weight = module.weight.detach()
             total += weight.numel()
             for start in range(0, weight.shape[0], _ROWS_PER_CHECK):
-                rows = weight[start:start + _ROWS_PER_CHECK]
+                rows = weight[start:start + _ROWS_PER_CHECK].to(torch.float32)
                 rounded += int((rows.to(torch.float16).to(torch.float32) != rows).sum())
     return rounded, total
 
@@ -45,7 +46,10 @@ def exact_in_fp16(model: torch.nn.Module) -> tuple[int, int]:
 @torch.inference_mode()
 def measure_speedups(linear: torch.nn.Linear) -> dict[str, float]:
     """``{"1": ratio, "128": ratio}``: the float32 product's time over the float16-weight product's for
-    passes of 1 and :data:`LONG_PASS_TOKENS` tokens through ``linear`` (a float32 layer on the CPU)."""
+    passes of 1 and :data:`LONG_PASS_TOKENS` tokens through ``linear`` (a layer on the CPU; timed as a
+    float32 copy where it was loaded narrow)."""
+    if linear.weight.dtype != torch.float32:
+        linear = _float32_copy(linear)
     packed = fp16_weights.Fp16WeightLinear(linear)
     ratios = {}
     for tokens in (1, LONG_PASS_TOKENS):
@@ -54,10 +58,19 @@ def measure_speedups(linear: torch.nn.Linear) -> dict[str, float]:
     return ratios
 
 
+def _float32_copy(linear: torch.nn.Linear) -> torch.nn.Linear:
+    copy = torch.nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None, device="cpu")
+    with torch.no_grad():
+        copy.weight.copy_(linear.weight)
+        if linear.bias is not None:
+            copy.bias.copy_(linear.bias)
+    return copy
+
+
 def speedups(model: torch.nn.Module, name: str) -> dict[str, float]:
-    """The pinned or cached speedups of ``model`` (``name``), else measured on its widest float32 linear
-    layer and cached (:func:`measure_speedups`)."""
-    key = cost_key(name, model)
+    """The pinned or cached speedups of ``model`` (``name``; float32, or loaded narrow to run in float32),
+    else measured on its widest linear layer and cached (:func:`measure_speedups`)."""
+    key = cost_key(name, model, dtype=torch.float32)
     entry, _ = lookup(FP16_SPEEDUP, key)
     if entry is not None and all(isinstance(entry.get(k), (int, float)) for k in ("1", str(LONG_PASS_TOKENS))):
         return {k: float(entry[k]) for k in ("1", str(LONG_PASS_TOKENS))}
@@ -70,7 +83,8 @@ def speedups(model: torch.nn.Module, name: str) -> dict[str, float]:
 
 
 def choose(model: torch.nn.Module, name: str) -> tuple[bool, str]:
-    """Whether ``quantization: auto`` packs float32 ``model`` as ``fp16-weights`` here, and a sentence why."""
+    """Whether ``quantization: auto`` packs ``model`` (float32, or loaded narrow to run in float32: its
+    weights are then checked and timed as float32) as ``fp16-weights`` here, and a sentence why."""
     if not fp16_weights.available():
         return False, f"none: this torch has no fbgemm float16 product, so {name} keeps its float32 weights"
     rounded, total = exact_in_fp16(model)

@@ -25,6 +25,8 @@ import torch
 
 #: Largest magnitude float16 holds; a weight beyond it would saturate (none of the packs' do).
 FP16_MAX = 65504.0
+#: The weight dtypes a layer is packed from (each exact in float32).
+PACKABLE = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def available() -> bool:
@@ -41,17 +43,20 @@ class Fp16WeightLinear(torch.nn.Module):
     """A linear layer whose weight is packed as float16 for fbgemm (see the module docstring).
 
     Args:
-        linear: the layer to replace: weight ``(out_features, in_features)`` float32 on the CPU, every
-            value within :data:`FP16_MAX`; bias (if any) float32.
+        linear: the layer to replace: weight ``(out_features, in_features)`` on the CPU in a
+            :data:`PACKABLE` dtype, every value within :data:`FP16_MAX`; bias (if any) in one too (it stays
+            float32).
     Raises:
-        ValueError: a weight that is not float32 on the CPU, or one that float16 cannot hold.
+        ValueError: a weight in another dtype or not on the CPU, or one that float16 cannot hold.
     """
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
         weight = linear.weight.detach()
-        if weight.dtype != torch.float32 or weight.device.type != "cpu":
-            raise ValueError(f"fp16-weights packs float32 weights on the CPU, not {weight.dtype} on {weight.device}")
+        if weight.dtype not in PACKABLE or weight.device.type != "cpu":
+            raise ValueError(f"fp16-weights packs float32, bfloat16 or float16 weights on the CPU, not {weight.dtype} "
+                             f"on {weight.device}")
+        weight = weight.to(torch.float32)  # the kernel packs from float32 (a copy of one layer for a narrow one)
         if weight.abs().max().item() > FP16_MAX:
             raise ValueError("a weight exceeds float16's range")
         self.in_features, self.out_features = linear.in_features, linear.out_features
@@ -78,17 +83,17 @@ class Fp16Embedding(torch.nn.Module):
     returned as float32: half the memory of the float32 table, the same values where they are float16 values.
 
     Args:
-        embedding: the layer to replace (float32 weight ``(num_embeddings, embedding_dim)``, within
-            :data:`FP16_MAX`; no ``max_norm``).
+        embedding: the layer to replace (weight ``(num_embeddings, embedding_dim)`` in a :data:`PACKABLE`
+            dtype, within :data:`FP16_MAX`; no ``max_norm``).
     Raises:
-        ValueError: a weight that is not float32, one float16 cannot hold, or a ``max_norm``.
+        ValueError: a weight in another dtype, one float16 cannot hold, or a ``max_norm``.
     """
 
     def __init__(self, embedding: torch.nn.Embedding):
         super().__init__()
         weight = embedding.weight.detach()
-        if weight.dtype != torch.float32 or embedding.max_norm is not None:
-            raise ValueError("Fp16Embedding takes a float32 table without max_norm")
+        if weight.dtype not in PACKABLE or embedding.max_norm is not None:
+            raise ValueError("Fp16Embedding takes a float32, bfloat16 or float16 table without max_norm")
         if weight.abs().max().item() > FP16_MAX:
             raise ValueError("an embedding value exceeds float16's range")
         self.num_embeddings, self.embedding_dim = embedding.num_embeddings, embedding.embedding_dim
@@ -105,14 +110,41 @@ class Fp16Embedding(torch.nn.Module):
 
 
 def fits(linear: torch.nn.Linear) -> bool:
-    """Whether ``linear`` can be packed: a float32 weight on the CPU."""
-    return linear.weight.dtype == torch.float32 and linear.weight.device.type == "cpu"
+    """Whether ``linear`` can be packed: a weight on the CPU in a :data:`PACKABLE` dtype."""
+    return linear.weight.dtype in PACKABLE and linear.weight.device.type == "cpu"
+
+
+def narrow_load_dtype(stored: torch.dtype | None, run: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype to load a model in that will run as ``fp16-weights``: its ``stored`` dtype where that is
+    bfloat16 or float16 and the model is to run in float32 on the CPU (packed from there, the rest widened
+    by :func:`widen_to_float32`); else ``run``."""
+    if run == torch.float32 and device.type == "cpu" and stored in (torch.bfloat16, torch.float16) and available():
+        return stored
+    return run
+
+
+def widen_to_float32(model: torch.nn.Module) -> int:
+    """Turn every floating parameter and buffer of ``model`` not held by a packed layer of ours into
+    float32, one tensor at a time (a model loaded narrow, after :func:`make_fp16_weights`, or one that
+    stays unpacked). Returns the tensors widened."""
+    widened = 0
+    for module in model.modules():
+        if isinstance(module, (Fp16WeightLinear, Fp16Embedding)):
+            continue
+        for name, tensor in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+            if tensor is not None and tensor.is_floating_point() and tensor.dtype != torch.float32:
+                tensor.data = tensor.data.to(torch.float32)
+                widened += 1
+    if getattr(model, "config", None) is not None and hasattr(model.config, "dtype"):
+        model.config.dtype = torch.float32
+    return widened
 
 
 def make_fp16_weights(model: torch.nn.Module) -> tuple[int, int]:
     """Replace every linear layer of ``model`` that :func:`fits` by a :class:`Fp16WeightLinear` and every
-    float32 embedding table by a :class:`Fp16Embedding`, freeing the float32 weights. Returns ``(linear
-    layers replaced, linear layers)``.
+    embedding table in a :data:`PACKABLE` dtype by a :class:`Fp16Embedding`, freeing the weights they were
+    made from, then widen the rest to float32 (:func:`widen_to_float32`). Returns ``(linear layers
+    replaced, linear layers)``.
 
     One layer at a time, holding no reference to a replaced layer: each float32 weight is freed as soon as
     its float16 copy exists, so memory peaks at the model plus one layer's copy, not at 1.5 times it.
@@ -123,11 +155,12 @@ def make_fp16_weights(model: torch.nn.Module) -> tuple[int, int]:
     for parent_name, name, kind in places:
         parent = model.get_submodule(parent_name)
         if issubclass(kind, torch.nn.Embedding):
-            if getattr(parent, name).weight.dtype == torch.float32:
+            if getattr(parent, name).weight.dtype in PACKABLE:
                 setattr(parent, name, Fp16Embedding(getattr(parent, name)))
             continue
         total += 1
         if fits(getattr(parent, name)):
             setattr(parent, name, Fp16WeightLinear(getattr(parent, name)))
             replaced += 1
+    widen_to_float32(model)
     return replaced, total

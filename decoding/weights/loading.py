@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from decoding.choices.auto import choose_quantization
 from decoding.weights.cpu_flags import cpu_flags
@@ -21,8 +21,10 @@ from decoding.errors import ModelLoadError
 from decoding.generate import end_of_sequence_ids
 from decoding.weights.gguf_models import Stage
 from decoding.weights.hub_errors import explain_hub_failure
+from decoding.weights.mapped_embedding import map_input_embedding
 from decoding.kv_cache import logits_width
 from decoding.weights.model_names import model_location
+from decoding.weights.fp16_weights import narrow_load_dtype, widen_to_float32
 from decoding.weights.quantization import quantize_weights
 from decoding.weights.tokenizer_loading import load_tokenizer
 
@@ -115,9 +117,13 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
     location, local_only = model_location(name, on_stage)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    if quantization == "fp16-weights" and torch_dtype != torch.float32:
+        raise ModelLoadError(f"quantization 'fp16-weights' runs a float32 model, and dtype {dtype!r} gives "
+                             f"{torch_dtype}; use dtype 'float32' or 'auto' (float32 where the CPU has no bfloat16)")
     try:
         tokenizer = load_tokenizer(location, local_only, trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(location, local_files_only=local_only, dtype=torch_dtype,
+        load_dtype = _load_dtype(location, local_only, trust_remote_code, torch_dtype, torch_device, quantization)
+        model = AutoModelForCausalLM.from_pretrained(location, local_files_only=local_only, dtype=load_dtype,
                                                      trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
         hub_failure = None if local_only else explain_hub_failure(name, exc)
@@ -128,17 +134,44 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
         raise ModelLoadError(f"model {name!r} has {', '.join(sorted(unsupported))} layers, whose state cannot be "
                              "rolled back after a rejected draft; speclsp needs attention-only models")
     model.to(torch_device).eval()
-    bounds = None
-    if quantization == "auto":
-        quantization, bounds, _ = choose_quantization(model, name)  # logs its choice
-    if quantization != "none" and on_stage:
-        on_stage(f"quantizing {name} to {quantization}")
-    quantize_weights(model, quantization, name, bounds)
+    quantization = _settle_weights(model, name, quantization, torch_dtype, location if local_only else None, on_stage)
     log.info("loaded %s from %s on %s as %s, quantization %s", name, location, torch_device, torch_dtype, quantization)
     eos_ids = end_of_sequence_ids(model, tokenizer)
     capabilities = read_capabilities(tokenizer, eos_ids, location if local_only else None)
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, capabilities=capabilities,
                        quantization=quantization)
+
+
+def _settle_weights(model, name: str, quantization: str, run_dtype: torch.dtype, directory: str | None,
+                    on_stage: Stage | None) -> str:
+    """Choose (``auto``) and apply the weights' format of a loaded ``model``, map its embedding table from
+    the checkpoint in ``directory`` where it runs in float32 on the CPU, and widen a model loaded narrow that
+    stays unpacked; returns the quantization applied."""
+    bounds = None
+    if quantization == "auto":
+        quantization, bounds, _ = choose_quantization(model, name, run_dtype)  # logs its choice
+    if quantization != "none" and on_stage:
+        on_stage(f"quantizing {name} to {quantization}")
+    if run_dtype == torch.float32 and model.device.type == "cpu" and directory and \
+            map_input_embedding(model, directory):
+        log.info("%s's embedding table is read from its checkpoint file in place", name)
+    quantize_weights(model, quantization, name, bounds)
+    if quantization == "none" and next(model.parameters()).dtype != run_dtype:  # loaded narrow, kept unpacked
+        widen_to_float32(model)
+    return quantization
+
+
+def _load_dtype(location: str, local_only: bool, trust_remote_code: bool, torch_dtype: torch.dtype,
+                torch_device: torch.device, quantization: str) -> torch.dtype:
+    """The dtype to load in: the checkpoint's stored one where the model may run as ``fp16-weights``
+    (:func:`decoding.weights.fp16_weights.narrow_load_dtype`), else ``torch_dtype``."""
+    if quantization not in ("auto", "fp16-weights"):
+        return torch_dtype
+    config = AutoConfig.from_pretrained(location, local_files_only=local_only, trust_remote_code=trust_remote_code)
+    stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(stored, str):
+        stored = getattr(torch, stored, None)
+    return narrow_load_dtype(stored if isinstance(stored, torch.dtype) else None, torch_dtype, torch_device)
 
 
 def _load_gguf_model(name: str, on_stage: Stage | None = None) -> LoadedModel:

@@ -28,7 +28,7 @@ import torch
 
 from decoding.errors import ModelLoadError
 from decoding.types import QUANTIZATIONS
-from decoding.weights.fp16_weights import Fp16WeightLinear, available, make_fp16_weights
+from decoding.weights.fp16_weights import PACKABLE, Fp16WeightLinear, available, make_fp16_weights
 from decoding.weights.hybrid_linear import HybridLinear
 from decoding.weights.int4_hybrid import INT4_GROUP_SIZE, make_int4_hybrid
 from decoding.weights.int8_hybrid import INT8_WIDTH_MULTIPLE, make_int8_hybrid
@@ -88,7 +88,8 @@ def quantize_weights(model: torch.nn.Module, quantization: str, name: str,
 
 
 def _to_fp16_weights(model: torch.nn.Module, name: str) -> None:
-    """``fp16-weights`` for ``model`` (float32, on the CPU), in place.
+    """``fp16-weights`` for ``model`` (float32 on the CPU, or loaded narrow to run in float32: the result is a
+    float32 model), in place.
 
     Raises:
         ModelLoadError: no fbgemm in this torch, a model not in float32 on the CPU, or a weight float16
@@ -98,9 +99,10 @@ def _to_fp16_weights(model: torch.nn.Module, name: str) -> None:
     if not available():
         raise ModelLoadError("quantization 'fp16-weights' needs fbgemm's float16 product, which this torch build "
                              "lacks; use quantization 'none'")
-    if parameter.device.type != "cpu" or parameter.dtype != torch.float32:
-        raise ModelLoadError(f"quantization 'fp16-weights' is for float32 models on the CPU, and model {name!r} is "
-                             f"{parameter.dtype} on {parameter.device}; use dtype 'float32' or quantization 'none'")
+    if parameter.device.type != "cpu" or parameter.dtype not in PACKABLE:
+        raise ModelLoadError(f"quantization 'fp16-weights' is for float32 models on the CPU (loaded in float32, or "
+                             f"narrow and widened), and model {name!r} is {parameter.dtype} on {parameter.device}; use "
+                             "dtype 'float32' or quantization 'none'")
     try:
         replaced, linears = make_fp16_weights(model)
     except (RuntimeError, ValueError) as exc:
