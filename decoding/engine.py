@@ -292,6 +292,12 @@ class Engine:
         if self.model_drafter is not None:
             self.model_drafter.state = states[1]
 
+    def cached_prefix(self, prompt_ids: list[int], cache_key: object) -> int:
+        """Tokens of ``prompt_ids`` the target's caches of ``cache_key`` (main or spare) already hold (moves
+        nothing)."""
+        pairs = (self._caches.get(cache_key), self._spares.get(cache_key))
+        return max((pair[0].common_prefix(prompt_ids) for pair in pairs if pair is not None), default=0)
+
     def prefill(
         self,
         prompt_ids: list[int],

@@ -58,6 +58,9 @@ class FakeBackend:
     def forget_cache(self, cache_key) -> None:
         pass
 
+    def prompt_cost(self, prompt_ids, cache_key):
+        return None
+
     def prefill(self, prompt_ids, cache_key, should_stop, spare=False, preempt=None) -> int:
         return 0
 
@@ -101,6 +104,10 @@ class FakeSession:
 
     def prepare_ahead(self, request, other_documents=(), repo=None, should_stop=None) -> int:
         self._record("prepare_ahead", request)
+        return 0
+
+    def prefill_prompt(self, request, other_documents=(), repo=None, should_stop=None) -> int:
+        self._record("prefill_prompt", request)
         return 0
 
     def prefill_rewrite(self, request, history=(), should_stop=None) -> int:

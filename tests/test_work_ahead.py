@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from lsprotocol import types
@@ -15,7 +16,7 @@ from lsp_server.model.session import ModelSession
 from lsp_server.model.worker import ERROR, READY, ModelWorker
 from lsp_server.request import resolve_request
 from lsp_server.requests.rewrite_ahead import REWRITE_AHEAD
-from lsp_server.requests.work_ahead import NEXT_LINE
+from lsp_server.requests.work_ahead import NEXT_LINE, WHOLE_PROMPT
 from lsp_server.settings import Settings
 from lsp_server.workspace.positions import codec_for
 from tests.fake_session import FakeSession, services
@@ -182,6 +183,20 @@ async def test_the_next_line_is_prepared_after_an_idle_wait_on_the_event_loop_no
     assert time.monotonic() - answered >= IDLE_S
     (request,) = [args[0] for name, args in session.calls if name == "prepare_ahead"]
     assert request.method == NEXT_LINE and request.offset == len(TEXT)
+    worker.shutdown()
+
+
+async def test_after_an_answer_from_a_cut_prompt_the_whole_prompt_is_computed_in_the_next_lines_place():
+    cut = lambda request: replace(_completion(request, "pass"), cut_from=900)  # noqa: E731
+    worker, session, _, _, completions = setup({"complete": cut})
+    await completions.complete("inlineCompletion", URI, END)
+    await asyncio.sleep(IDLE_S / 3)
+    assert "prefill_prompt" not in names(session)  # it waits for an idle model thread, as the next line does
+    await until(lambda: "prefill_prompt" in names(session))
+    await asyncio.sleep(2 * IDLE_S)
+    assert "prepare_ahead" not in names(session)  # the whole prompt took the next line's place
+    (request,) = [args[0] for name, args in session.calls if name == "prefill_prompt"]
+    assert request.method == WHOLE_PROMPT and request.offset == len(TEXT)
     worker.shutdown()
 
 

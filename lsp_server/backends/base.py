@@ -172,6 +172,10 @@ class GenerationBackend(Protocol):
     def forget_cache(self, cache_key: Hashable) -> None:
         """Drop the KV caches kept under ``cache_key`` (a document closed)."""
 
+    def prompt_cost(self, prompt_ids: list[int], cache_key: Hashable) -> tuple[int, float] | None:
+        """``(tokens of prompt_ids the caches of cache_key lack, estimated ms to compute one of them)``, or
+        ``None`` where this backend cannot tell (a remote engine keeps its own cache)."""
+
     def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool],
                 spare: bool = False, preempt: Callable[[], bool] | None = None) -> int:
         """Compute ``prompt_ids`` into the KV cache of ``cache_key`` ahead of a request whose prompt starts

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Set
 
+from decoding.choices.pass_costs import pass_costs
 from decoding.engine import Engine
 from decoding.types import REWRITE_PREFILL_CHUNK_TOKENS, Generation, GenerationConfig
 from lsp_server.backends.base import GenerationBackend, LoadedModels, Prompt, RewritePrompt
@@ -33,6 +34,7 @@ class LocalBackend:
         self.tokenizer = engine.tokenizer
         self.capabilities = engine.target.capabilities
         self.completion_stop_ids = engine.completion_stop_ids
+        self._ms_per_token: float | None = None  # of a prefill (prompt_cost), from the measured pass costs
 
     def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str,
                  should_stop: Callable[[], bool], cache_key: Hashable = None) -> Generation:
@@ -65,6 +67,17 @@ class LocalBackend:
 
     def forget_cache(self, cache_key: Hashable) -> None:
         self.engine.forget_cache(cache_key)
+
+    def prompt_cost(self, prompt_ids: list[int], cache_key: Hashable) -> tuple[int, float] | None:
+        """The tokens of ``prompt_ids`` the caches of ``cache_key`` lack, and the measured ms per token of
+        the largest pass timed at load (:func:`decoding.choices.pass_costs.pass_costs`: the target's, plus
+        the draft model's where one is loaded, since a prefill feeds both)."""
+        missing = len(prompt_ids) - self.engine.cached_prefix(prompt_ids, cache_key)
+        if self._ms_per_token is None:
+            models = [self.engine.target] + ([self.engine.draft] if self.engine.draft is not None else [])
+            curves = [pass_costs(m) for m in models]
+            self._ms_per_token = sum(curve[max(curve)] / max(curve) for curve in curves)
+        return missing, self._ms_per_token
 
     def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool],
                 spare: bool = False, preempt: Callable[[], bool] | None = None) -> int:

@@ -167,6 +167,9 @@ class RemoteBackend:
     def forget_cache(self, cache_key: Hashable) -> None:
         pass
 
+    def prompt_cost(self, prompt_ids: list[int], cache_key: Hashable) -> tuple[int, float] | None:
+        return None
+
     def prefill(self, prompt_ids: list[int], cache_key: Hashable, should_stop: Callable[[], bool],
                 spare: bool = False, preempt: Callable[[], bool] | None = None) -> int:
         return 0

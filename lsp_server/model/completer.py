@@ -23,6 +23,7 @@ from decoding.types import FinishReason, Generation, GenerationConfig
 from lsp_server.backends.base import GenerationBackend, Prompt, RewritePrompt
 from lsp_server.completion.mode import Mode, decide_mode
 from lsp_server.workspace.documents import Document
+from lsp_server.model.cold_prompt import shorter_settings
 from lsp_server.model.draft_sources import DraftSources
 from lsp_server.workspace.positions import line_ending, to_document_text
 from lsp_server.completion.postprocess import TrimContext, trim
@@ -49,10 +50,12 @@ class Completion:
     ms: dict[str, float] = field(default_factory=dict)  # prompt, engine (the whole generate call), postprocess
     config: GenerationConfig | None = None  # what the generation was asked for (its plain replay, bench/replay.py)
     model: str = ""  # the target that wrote it
+    cut_from: int = 0  # tokens of the whole prompt this one was cut from for time (lsp_server.model.cold_prompt); 0: none
 
     def trace_fields(self) -> dict:
         """What the tracer records of this answer besides the generation's figures."""
-        return {"multi_line": self.mode.multi_line, "mode_reason": self.mode.reason}
+        cut = {"prompt_cut_from": self.cut_from} if self.cut_from else {}
+        return {"multi_line": self.mode.multi_line, "mode_reason": self.mode.reason, **cut}
 
 
 def postprocess(text: str, prompt: Prompt, mode: Mode, language_id: str,
@@ -128,6 +131,12 @@ def complete(
     sources = sources if sources is not None else DraftSources()
     other_documents = context_documents(other_documents)  # the one gate: secrets are never context
     prompt, related, anchor = prepare_prompt(backend, request, other_documents, repo, sources)
+    cut_from = 0
+    short = shorter_settings(backend, request, prompt)
+    if short is not None:  # the whole prompt would take too long: the lines around the cursor that fit
+        cut_from = len(prompt.prompt_ids)
+        prompt, related, anchor = prepare_prompt(backend, replace(request, settings=short), other_documents, repo,
+                                                 sources)
     constrained = backend.constrains_output
     window = syntax_window(prompt.prefix, prompt.suffix)  # once: for the mode and for trimming
     mode = decide_mode(prompt.prefix, prompt.line_suffix, document.language_id, head=window[0])
@@ -145,7 +154,7 @@ def complete(
     t2 = time.perf_counter()
     insert_text = postprocess(generation.text, prompt, mode, document.language_id, generation.finish_reason, window)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
-    return Completion(insert_text, prompt, generation, mode, ms, config, backend.describe().target)
+    return Completion(insert_text, prompt, generation, mode, ms, config, backend.describe().target, cut_from)
 
 
 @dataclass

@@ -8,7 +8,8 @@ and prompt tokens kept between requests (:class:`lsp_server.model.draft_sources.
 * events: :meth:`~ModelSession.document_opened` / ``closed``, :meth:`~ModelSession.file_changed`
   (the index watcher), :meth:`~ModelSession.warm_up` (after an answer);
 * work ahead of a request: :meth:`~ModelSession.prepare_ahead` (the model thread idle after an answer:
-  the next line, a new anchor) and :meth:`~ModelSession.prefill_rewrite` (an edit burst ended: the
+  the next line, a new anchor), :meth:`~ModelSession.prefill_prompt` (after an answer from a prompt cut
+  for time: the whole prompt) and :meth:`~ModelSession.prefill_rewrite` (an edit burst ended: the
   next-edit prompt). When these run, and whether they may (the document in sync, its file not secret),
   is decided on the request side, by :mod:`lsp_server.requests.work_ahead`, and only there.
 
@@ -34,8 +35,8 @@ from lsp_server.request import CompletionRequest, Yielding, after_enter
 from lsp_server.workspace.syntax import parser_for
 
 #: What the worker may run (:meth:`lsp_server.model.worker.ModelWorker.run`); nothing hands a backend out.
-OPERATIONS = frozenset({"complete", "rewrite", "prefill_rewrite", "prepare_ahead", "document_opened", "document_closed",
-                        "file_changed", "warm_up", "describe"})
+OPERATIONS = frozenset({"complete", "rewrite", "prefill_rewrite", "prepare_ahead", "prefill_prompt", "document_opened",
+                        "document_closed", "file_changed", "warm_up", "describe"})
 
 
 class ModelSession:
@@ -119,6 +120,20 @@ class ModelSession:
             return prefill_rewrite(self.backends[ROLE_NEXT_EDIT], request, history, stop)
         except NextEditUnsupported:
             return 0
+
+    def prefill_prompt(self, request: CompletionRequest, other_documents: list[Document] = (),
+                       repo: RepoIndex | None = None, should_stop: Callable[[], bool] | None = None) -> int:
+        """After an answer from a prompt cut for time (:mod:`lsp_server.model.cold_prompt`), once the model
+        thread is idle: compute the request's whole prompt into the document's spare KV cache, in pieces that
+        stop once ``should_stop`` (default: the request's cancellation) is set, the piece in flight dropped
+        between the model's layers. Returns the prompt tokens computed; later requests whose whole prompt
+        is then cached use it."""
+        stop = should_stop or request.cancelled.is_set
+        if stop():
+            return 0
+        backend = self.backends[ROLE_COMPLETION]
+        prompt, _, _ = prepare_prompt(backend, request, context_documents(other_documents), repo, self.sources)
+        return backend.prefill(prompt.prompt_ids, request.uri, stop, spare=True, preempt=stop)
 
     def prepare_ahead(self, request: CompletionRequest, other_documents: list[Document] = (),
                       repo: RepoIndex | None = None, should_stop: Callable[[], bool] | None = None) -> int:

@@ -113,7 +113,8 @@ class CompletionService:
         span.done(status, completion, ran.queue_ms)
         answered = status == "ok" and completion.insert_text.strip()
         # The warm-up, and (an answer with text) the next line if the user pauses here: the scheduler's
-        pipeline.work_ahead.answered(request if answered else None, self._others(uri), self.repo_ref())
+        pipeline.work_ahead.answered(request if answered else None, self._others(uri), self.repo_ref(),
+                                     cut=request if completion.cut_from and status == "ok" else None)
         if not answered:
             return None
         self.type_through.remember(uri, request.document.text, request.offset, completion.insert_text)

@@ -26,7 +26,9 @@ The order, first to last:
    :data:`NEXT_LINE_IDLE_S`, the next line (the prompt after Enter, or a new anchor, into the document's
    spare KV cache, and that line's completion: :meth:`lsp_server.model.session.ModelSession.prepare_ahead`).
    It starts only on an idle model thread, so it never cuts the burst's work (3), which cuts it. Only the
-   newest answer's next line is prepared.
+   newest answer's next line is prepared. After an answer from a prompt cut for time
+   (:mod:`lsp_server.model.cold_prompt`: a file just opened), the whole prompt is computed instead, in the
+   same place and on the same terms: the requests that follow need it before any next line.
 
 Why this order: a request is what the user waits for, and the completion at the key is such a request,
 only earlier. A burst's end is the user's latest state of a document and a next-edit prompt is long, so
@@ -79,10 +81,11 @@ class Pipeline(Protocol):
                       **kwargs: Any) -> None: ...
 
 NEXT_LINE = "nextLine"  # the in-flight method name of the next line prepared after an answer
+WHOLE_PROMPT = "wholePrompt"  # the in-flight method name of the whole prompt after an answer from a cut one
 #: The model thread idle this long (seconds) after an answer: a pause, not the gap between two keys.
 NEXT_LINE_IDLE_S = 0.25
 #: The work-ahead operations that poll a ``should_stop`` between their pieces (:meth:`WorkAhead.start`).
-_POLLS_SHOULD_STOP = frozenset({ModelSession.prefill_rewrite, ModelSession.prepare_ahead})
+_POLLS_SHOULD_STOP = frozenset({ModelSession.prefill_rewrite, ModelSession.prepare_ahead, ModelSession.prefill_prompt})
 
 
 class WorkAhead:
@@ -142,20 +145,38 @@ class WorkAhead:
             self.pipeline.in_background(ModelSession.document_opened, document)
 
     def answered(self, request: CompletionRequest | None, others: list[Document] = (),
-                 repo: RepoIndex | None = None) -> None:
+                 repo: RepoIndex | None = None, cut: CompletionRequest | None = None) -> None:
         """A completion request ended: once its answer is written, warm up the document parts it deferred
-        (tokenising a large part holds the GIL, so not before the answer); with ``request`` (an answer
-        with text), then its next line (:meth:`prepare_next_line`)."""
+        (tokenising a large part holds the GIL, so not before the answer); then, for ``cut`` (a request
+        answered from a prompt cut for time), its whole prompt (:meth:`prefill_whole_prompt`), else with
+        ``request`` (an answer with text) its next line (:meth:`prepare_next_line`)."""
         self.pipeline.in_background(ModelSession.warm_up, after_the_answer=True)
-        if request is not None:
+        if cut is not None:
+            after_answer(self.prefill_whole_prompt, cut, others, repo)
+        elif request is not None:
             after_answer(self.prepare_next_line, request, others, repo)
+
+    def prefill_whole_prompt(self, request: CompletionRequest, others: list[Document] = (),
+                             repo: RepoIndex | None = None) -> None:
+        """Compute the whole prompt of ``request`` (answered from a prompt cut for time) once the model thread
+        has been idle ``next_line_idle_s`` (module docstring, 4: it takes the next line's place, since the
+        next requests need it first); it replaces any whole prompt or next line still waiting."""
+        for uri, method in [key for key in self._timers if key[1] in (NEXT_LINE, WHOLE_PROMPT)]:
+            self.drop_pending(uri, method)
+        self.after(request.uri, WHOLE_PROMPT, self.next_line_idle_s, self._whole_prompt, request, others, repo,
+                   idle=True)
+
+    def _whole_prompt(self, request: CompletionRequest, others: list[Document], repo: RepoIndex | None) -> None:
+        if self.may_start(request.document, gives_way=True):
+            request = replace(request, method=WHOLE_PROMPT, cancelled=threading.Event())
+            self.start(request, ModelSession.prefill_prompt, others, repo, gives_way=True)
 
     def prepare_next_line(self, request: CompletionRequest, others: list[Document] = (),
                           repo: RepoIndex | None = None) -> None:
         """Prepare the next line of an answered ``request`` once the model thread has been idle
-        ``next_line_idle_s`` (module docstring, 4); it replaces any next line still waiting."""
-        for uri in {uri for uri, method in self._timers if method == NEXT_LINE}:
-            self.drop_pending(uri, NEXT_LINE)
+        ``next_line_idle_s`` (module docstring, 4); it replaces any next line or whole prompt still waiting."""
+        for uri, method in [key for key in self._timers if key[1] in (NEXT_LINE, WHOLE_PROMPT)]:
+            self.drop_pending(uri, method)
         self.after(request.uri, NEXT_LINE, self.next_line_idle_s, self._next_line, request, others, repo, idle=True)
 
     def _next_line(self, request: CompletionRequest, others: list[Document], repo: RepoIndex | None) -> None:

@@ -24,6 +24,7 @@ export const SERVER_SETTINGS = [
   "completion.prefixTokens",
   "completion.suffixTokens",
   "completion.extraTokens",
+  "completion.coldPromptMs",
   "completion.tokenHealing",
   "completion.promptLayout",
   "completion.promptTailLines",

@@ -1,0 +1,51 @@
+"""A prompt in time: the answer after opening a file (or a jump far from the cached prompt) comes from a
+shorter prompt when the whole one would take too long to compute.
+
+A completion prompt holds up to ``prefixTokens + suffixTokens + extraTokens`` tokens (1,792 by default).
+Once cached, typing adds a few tokens per key (the typed-tail layout, :mod:`lsp_server.completion.anchor`),
+but the first request in a document finds nothing cached, and computing the whole prompt costs its
+length times the cost of a token in a long pass: seconds on a CPU without bfloat16 for the model that
+writes completions. Where that estimate (:meth:`lsp_server.backends.base.GenerationBackend.prompt_cost`)
+passes ``completion.coldPromptMs``, the request is answered from the same prompt with budgets that fit
+that time (:func:`shorter_settings`): no snippets of other files, three quarters of the tokens before the
+cursor and a quarter after. The budgets depend only on the time and the measured cost, not on the
+request, so the short prompts of consecutive keys share their cache as whole ones do.
+
+The whole prompt is then computed in the background, in pieces that give way to requests
+(:meth:`lsp_server.model.session.ModelSession.prefill_prompt`, scheduled by
+:mod:`lsp_server.requests.work_ahead`), into the document's spare cache; once it is there, the requests
+find it cached and use it. Every answer is the model's greedy answer to the prompt it was given (the
+trace records the prompt, and ``prompt_cut_from`` the length of the whole one it was cut from).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from lsp_server.backends.base import GenerationBackend, Prompt
+from lsp_server.request import CompletionRequest
+
+#: The fewest tokens a short prompt keeps, however slow the model: a few lines around the cursor.
+MIN_SHORT_TOKENS = 48
+PREFIX_SHARE = 0.75  # of a short prompt's tokens before the cursor; the rest after it
+
+
+def shorter_settings(backend: GenerationBackend, request: CompletionRequest, prompt: Prompt):
+    """The request's settings with prompt budgets that fit ``completion.coldPromptMs``, where ``prompt``
+    (the whole prompt of the request) would take longer to compute; ``None`` where it fits, the limit is
+    off, or the backend cannot estimate (a remote engine)."""
+    settings = request.settings
+    if not settings.cold_prompt_ms:
+        return None
+    cost = backend.prompt_cost(prompt.prompt_ids, request.uri)
+    if cost is None:
+        return None
+    missing, ms_per_token = cost
+    if missing * ms_per_token <= settings.cold_prompt_ms or ms_per_token <= 0:
+        return None
+    tokens = max(MIN_SHORT_TOKENS, int(settings.cold_prompt_ms / ms_per_token))
+    prefix = max(1, int(tokens * PREFIX_SHARE))
+    if prefix >= settings.prefix_tokens and tokens - prefix >= settings.suffix_tokens:
+        return None  # the budgets are that short already: nothing to cut but the snippets
+    return replace(settings, prefix_tokens=min(prefix, settings.prefix_tokens),
+                   suffix_tokens=min(tokens - prefix, settings.suffix_tokens), extra_tokens=0)
