@@ -72,6 +72,7 @@ export const RENAMED_SETTINGS: Readonly<Record<string, string>> = {
   prefixTokens: "completion.prefixTokens",
   suffixTokens: "completion.suffixTokens",
   extraTokens: "completion.extraTokens",
+  coldPromptMs: "completion.coldPromptMs",
   tokenHealing: "completion.tokenHealing",
   promptLayout: "completion.promptLayout",
   promptTailLines: "completion.promptTailLines",
