@@ -124,8 +124,8 @@ def _answers(events: list[dict], records: dict[str, dict]) -> tuple[list[dict], 
             answers.append({
                 "id": event["id"], "t": event["t"], "keys_before": keys, "on_time": keys == keys_then,
                 "latency_ms": None if key_time is None else round(1000 * (event["t"] - key_time), 1),
-                "model": (records.get(event["id"], {}).get("status") == "ok" and bool(event.get("text"))
-                          and "error" not in event)})
+                # an error response has no text
+                "model": records.get(event["id"], {}).get("status") == "ok" and bool(event.get("text"))})
     return answers, list(asked), keys, first_key
 
 

@@ -28,7 +28,7 @@ def _file(functions_before: int, functions_after: int, filler_to: int) -> str:
 
 def test_functions_come_from_long_files_past_half_their_minimum_length(tmp_path):
     (tmp_path / "long.py").write_text(_file(3, 6, filler_to=30)
-                                      + "def signature_only(\n    value,\n):\n    return value\n")
+                                      + "def signature_only(\n    a,\n    b,\n    c,\n) -> int:\n    return a\n")
     (tmp_path / "short.py").write_text(_file(2, 2, filler_to=10))  # under 40 lines: no function of it
     picked = pick_long_file_functions(4, seed=0, min_lines=40, corpus=str(tmp_path))
     assert line_count((tmp_path / "long.py").read_text()) >= 40 > line_count((tmp_path / "short.py").read_text())
