@@ -17,7 +17,7 @@ model answer that arrives (trace status ``ok``, non-empty, shown or not) before 
 its request (answers that arrive after a later key count as ``superseded_answers``, never as the first);
 the keys typed before it; that request's own latency (its last key to the answer), server time, prefill
 time and prompt tokens computed and reused; the same for the very first request sent, answered or not;
-the p50 of all model answers of the stretch. No answer: the figures are ``null`` and ``no_answer`` says
+the p50 of all model answers of the stretch; the longest any request waited before a later key. No answer: the figures are ``null`` and ``no_answer`` says
 why. The summary gives the median and worst ``first_answer_ms``; the output the settings used (``--setting``
 passes through), each server's memory (:func:`bench.typist.server_memory_mb`) and the CPU kind
 (``--cpu-kind``, :mod:`bench.cpu_kinds`). ``--out DIR`` writes ``DIR/first_answer.json``; a short table
@@ -129,6 +129,19 @@ def _answers(events: list[dict], records: dict[str, dict]) -> tuple[list[dict], 
     return answers, list(asked), keys, first_key
 
 
+def longest_wait_ms(events: list[dict]) -> float | None:
+    """The longest time (ms) from a request sent to the next key: the most time the model had for an
+    answer that could still be shown; ``None`` without a request that a key followed."""
+    waits, asked = [], []
+    for event in events:
+        if event["event"] == "ask":
+            asked.append(event["t"])
+        elif event["event"] == "key":
+            waits += [event["t"] - sent for sent in asked]
+            asked = []
+    return round(1000 * max(waits), 1) if waits else None
+
+
 def first_answer(events: list[dict], records: dict[str, dict]) -> dict:
     """The first-answer figures of one typed stretch (see the module docstring).
 
@@ -141,7 +154,8 @@ def first_answer(events: list[dict], records: dict[str, dict]) -> dict:
         ``first_answer_ms`` (``None`` without one, and ``no_answer`` says why), ``keys_before_first_answer``,
         ``first_answer`` and ``first_request`` (per request: status, latency from its last key, server and
         prefill ms, prompt tokens computed and reused), ``answers_p50_ms`` (model answers before a later
-        key), ``answers``, ``superseded_answers`` (model answers that came after a later key), ``requests``, ``keys``.
+        key), ``answers``, ``superseded_answers`` (model answers that came after a later key), ``requests``, ``keys``,
+        ``longest_wait_ms`` (:func:`longest_wait_ms`).
     """
     answers, asked, keys, first_key = _answers(events, records)
     model = [answer for answer in answers if answer["model"]]
@@ -149,8 +163,10 @@ def first_answer(events: list[dict], records: dict[str, dict]) -> dict:
     first = on_time[0] if on_time else None
     first_asked = asked[0] if asked else None
     first_response = next((answer for answer in answers if answer["id"] == first_asked), None)
-    no_answer = None if first else (f"no model answer arrived before a later key: {keys} keys, {len(asked)} requests, "
-                                    f"{len(model) - len(on_time)} model answers superseded")
+    longest = longest_wait_ms(events)
+    no_answer = None if first else (f"no model answer arrived before a later key: {keys} keys, {len(asked)} requests "
+                                    f"(the longest waited {longest} ms), {len(model) - len(on_time)} model answers "
+                                    "superseded")
     return {"first_answer_ms": round(1000 * (first["t"] - first_key), 1) if first else None,
             "keys_before_first_answer": first["keys_before"] if first else None,
             "first_answer": _request(first["id"], records.get(first["id"], {}), first) if first else None,
@@ -158,7 +174,7 @@ def first_answer(events: list[dict], records: dict[str, dict]) -> dict:
                               if first_asked else None),
             "answers_p50_ms": percentile([answer["latency_ms"] for answer in on_time], 50),
             "answers": len(on_time), "superseded_answers": len(model) - len(on_time), "requests": len(asked),
-            "keys": keys, "no_answer": no_answer}
+            "keys": keys, "longest_wait_ms": longest, "no_answer": no_answer}
 
 
 async def measure_function(args: argparse.Namespace, function: tuple[str, str, int, int]) -> dict:

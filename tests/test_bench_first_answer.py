@@ -103,7 +103,7 @@ def test_the_first_answer_is_the_first_ok_non_empty_answer_that_no_later_key_sup
     assert first_request["prompt_tokens_computed"] == 1400 and first_request["server_ms"] == 850.0
     assert found["answers"] == 3 and found["answers_p50_ms"] == pytest.approx(500.0)  # r4 500, r5 300, r6 700 ms
     assert found["superseded_answers"] == 1 and found["requests"] == 6 and found["keys"] == 6
-    assert found["no_answer"] is None
+    assert found["no_answer"] is None and found["longest_wait_ms"] == pytest.approx(500.0)  # r4 asked to the next key
 
 
 def test_no_answer_gives_nulls_and_says_why():
@@ -114,6 +114,7 @@ def test_no_answer_gives_nulls_and_says_why():
     assert found["first_answer_ms"] is None and found["first_answer"] is None
     assert found["keys_before_first_answer"] is None and found["answers_p50_ms"] is None
     assert "no model answer" in found["no_answer"] and "1 model answers superseded" in found["no_answer"]
+    assert found["longest_wait_ms"] == pytest.approx(100.0) and "waited 100.0 ms" in found["no_answer"]  # r2, r3: no key after
     assert found["first_request"]["status"] == "ok" and found["superseded_answers"] == 1
     assert first_answer([], {})["first_request"] is None
 
