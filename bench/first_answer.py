@@ -17,11 +17,12 @@ model answer that arrives (trace status ``ok``, non-empty, shown or not) before 
 its request (answers that arrive after a later key count as ``superseded_answers``, never as the first);
 the keys typed before it; that request's own latency (its last key to the answer), server time, prefill
 time and prompt tokens computed and reused; the same for the very first request sent, answered or not;
-the p50 of all model answers of the stretch; the longest any request waited before a later key. No answer: the figures are ``null`` and ``no_answer`` says
-why. The summary gives the median and worst ``first_answer_ms``; the output the settings used (``--setting``
-passes through), each server's memory (:func:`bench.typist.server_memory_mb`) and the CPU kind
-(``--cpu-kind``, :mod:`bench.cpu_kinds`). ``--out DIR`` writes ``DIR/first_answer.json``; a short table
-goes to stderr. A measurement command, not a test.
+the p50 of all model answers of the stretch; the longest any request waited before a later key. No
+answer: the figures are ``null`` and ``no_answer`` says why. The summary gives the median and worst
+``first_answer_ms``; the output the settings used (``--setting`` passes through), each server's memory
+(:func:`bench.typist.server_memory_mb`) and the CPU kind (``--cpu-kind``, :mod:`bench.cpu_kinds`).
+``--out DIR`` writes ``DIR/first_answer.json``; a short table goes to stderr. A measurement command,
+not a test.
 """
 
 from __future__ import annotations
