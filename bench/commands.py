@@ -3,7 +3,19 @@ entry point (see :func:`lsp_server.cli.build_parser`)."""
 
 from __future__ import annotations
 
-from bench import agreement, cuts, decode, edits, keystrokes, lsp, peers, prompt_gate, scale_out, step_cost_grid
+from bench import (
+    agreement,
+    cuts,
+    decode,
+    edits,
+    first_answer,
+    keystrokes,
+    lsp,
+    peers,
+    prompt_gate,
+    scale_out,
+    step_cost_grid,
+)
 
 
 def add_parser(commands) -> None:
@@ -12,7 +24,9 @@ def add_parser(commands) -> None:
     bench = commands.add_parser("bench", help="measurements on this machine")
     kinds = bench.add_subparsers(dest="bench", required=True)
     cuts.add_parser(kinds)
-    keystrokes.add_arguments(lsp.add_parser(kinds))
+    lsp_parser = lsp.add_parser(kinds)
+    keystrokes.add_arguments(lsp_parser)
+    first_answer.add_arguments(lsp_parser)
     decode.add_parser(kinds)
     edits.add_parser(kinds)
     scale_out.add_parser(kinds)

@@ -20,8 +20,9 @@ With ``--requests-json FILE``, one row per request as well (:func:`request_rows`
 With ``--backend openai --endpoint URL`` (or ``llamacpp-infill``) the same replay runs against a remote
 serving engine: the server loads no model, ``--model`` names the tokenizer, and model time is the
 remote stages (time to first token and the stream).
-With ``--cpu-kind avx512-vnni|avx2`` (here, ``--typist`` and ``--document-sizes`` alike) the command runs
-again in a process with the kind's caps, and the server it starts inherits them (:mod:`bench.cpu_kinds`);
+With ``--first-answer``, the first model answer after opening a long file (:mod:`bench.first_answer`).
+With ``--cpu-kind avx512-vnni|avx2`` (here, ``--typist``, ``--document-sizes`` and ``--first-answer``
+alike) the command runs again in a process with the kind's caps, and the server it starts inherits them (:mod:`bench.cpu_kinds`);
 the output says the kind (``cpu_kind``) and what the kernels ran with (``what_ran``).
 A measurement command, not a test.
 """
@@ -277,6 +278,8 @@ def run(args: argparse.Namespace) -> int:
         return relaunched
     if getattr(args, "document_sizes", None):  # keystroke latency in large documents (bench.keystrokes)
         return args.measure_keystrokes(args)
+    if getattr(args, "first_answer", False):  # the first model answer after opening a long file (bench.first_answer)
+        return args.measure_first_answer(args)
     if args.typist:  # characters our suggestions write for a typist (bench.typist)
         from bench import typist
 
@@ -302,10 +305,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(kinds) -> argparse.ArgumentParser:
-    """Register ``speclsp bench lsp``; returns its parser (:mod:`bench.keystrokes` adds its flags)."""
+    """Register ``speclsp bench lsp``; returns its parser (:mod:`bench.keystrokes` and
+    :mod:`bench.first_answer` add their flags)."""
     lsp = kinds.add_parser("lsp", help="replay human typing through the server over stdio: latency, cache hits; "
                                        "with --document-sizes, keystroke latency in large documents")
-    lsp.add_argument("--functions", type=int, default=None, help="held-out functions to type (default 8; --typist 3)")
+    lsp.add_argument("--functions", type=int, default=None,
+                     help="held-out functions to type (default 8; --typist 3; --first-answer: per file, 2)")
     lsp.add_argument("--drafter", default="auto")
     lsp.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                      help="another server setting (its key, VALUE as JSON), e.g. completion.promptLayout=tail; "
@@ -323,7 +328,8 @@ def add_parser(kinds) -> argparse.ArgumentParser:
     lsp.add_argument("--endpoint", default="", help="the remote engine's base URL (remote backends)")
     lsp.add_argument("--remote-model", default="", help="the served model's name (remote backends)")
     lsp.add_argument("--api-key-env", default="", help="environment variable holding the API key (remote backends)")
-    lsp.add_argument("--out", type=Path, default=None, help="write DIR/results.json (--typist: DIR/typist.json)")
+    lsp.add_argument("--out", type=Path, default=None,
+                     help="write DIR/results.json (--typist: DIR/typist.json; --first-answer: DIR/first_answer.json)")
     lsp.add_argument("--typist", action="store_true",
                      help="a person types functions of the 2026 corpus at --paces; characters taken from suggestions "
                           "(see bench/typist.py); --functions defaults to 3 here")

@@ -51,7 +51,8 @@ def server_settings(items: list[str]) -> dict:
 
 async def start_server(args: argparse.Namespace, trace_path: Path, name: str) -> LanguageClient:
     """The real server over stdio as client ``name``, initialized with ``args``' models, drafter and
-    token cap, its trace to ``trace_path``, the index off; returns once the models are loaded."""
+    token cap, its trace to ``trace_path``, the index off; returns once the models are loaded, or their
+    loading failed (``client.load_message``: the server's log line saying which)."""
     client = LanguageClient(name, "1")
     await client.start_io(sys.executable, "-m", "lsp_server.cli", "serve")
     # pygls pipes the server's stderr and never reads it: drained into a file, or the server's logging
@@ -66,6 +67,7 @@ async def start_server(args: argparse.Namespace, trace_path: Path, name: str) ->
     @client.feature(types.WINDOW_LOG_MESSAGE)
     def on_log(params: types.LogMessageParams) -> None:
         if "models ready" in params.message or "model loading failed" in params.message:
+            client.load_message = params.message  # which of the two: the caller may refuse a failed load
             ready.set()
 
     options = {"model.target": args.model, "model.draft": args.draft_model, "decoding.drafter": args.drafter,

@@ -51,29 +51,42 @@ MIN_PREFIX_TAKEN = 4
 
 
 def pick_functions(count: int, seed: int, corpus: str = "2026") -> list[tuple[str, str, int, int]]:
-    """(name, file text, body start, body end) of ``count`` functions of 4-25 lines; the body starts at
-    the ``def``'s indentation and ends at its last line's end."""
+    """(name, file text, body start, body end) of ``count`` functions of 4-25 lines of ``corpus``
+    (:func:`file_functions`), sampled with ``seed``."""
     found = []
     for path in corpus_files(corpus):
-        text = path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
-        lines = text.split("\n")
-        offsets = [0]
-        for line in lines:
-            offsets.append(offsets[-1] + len(line) + 1)
-        for index, line in enumerate(lines):
-            stripped = line.lstrip()
-            if not stripped.startswith("def "):
-                continue
-            indent = len(line) - len(stripped)
-            end = index + 1
-            while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
-                end += 1
-            while end > index + 1 and not lines[end - 1].strip():
-                end -= 1
-            if 4 <= end - index <= 25:
-                name = f"{path.parent.name}/{path.name}:{index + 1} {stripped[4:].split('(', 1)[0]}"
-                found.append((name, text, offsets[index] + indent, offsets[end] - 1))
+        found += file_functions(path, read_source(path))
     return random.Random(seed).sample(found, min(count, len(found)))
+
+
+def read_source(path: Path) -> str:
+    """The file's text as the typist types it: UTF-8 (undecodable bytes replaced), ``\\n`` line breaks."""
+    return path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
+
+
+def file_functions(path: Path, text: str) -> list[tuple[str, str, int, int]]:
+    """(name, ``text``, body start, body end) of each function of 4-25 lines in ``text`` (the file at
+    ``path``), in file order; the body starts at the ``def``'s indentation and ends at its last line's
+    end (offsets in characters); the name is ``parent/file.py:LINE function`` (LINE 1-based)."""
+    lines = text.split("\n")
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    found = []
+    for index, line in enumerate(lines):
+        stripped = line.lstrip()
+        if not stripped.startswith("def "):
+            continue
+        indent = len(line) - len(stripped)
+        end = index + 1
+        while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
+            end += 1
+        while end > index + 1 and not lines[end - 1].strip():
+            end -= 1
+        if 4 <= end - index <= 25:
+            name = f"{path.parent.name}/{path.name}:{index + 1} {stripped[4:].split('(', 1)[0]}"
+            found.append((name, text, offsets[index] + indent, offsets[end] - 1))
+    return found
 
 
 def takeable(shown: str, rest: str) -> str:
@@ -109,14 +122,27 @@ class Outcome:
     shown_ids: list[str] = field(default_factory=list)  # the requests whose answers were shown
 
 
+def answer_text(result) -> str:
+    """The first item's text of an inline completion answer (a list, a list of items or ``None``)."""
+    items = getattr(result, "items", result) or []
+    text = items[0].insert_text if items else ""
+    return text if isinstance(text, str) else text.value
+
+
 class TypistSession:
-    """Types functions into one server and counts."""
+    """Types functions into one server and counts.
+
+    ``events`` is what happened, in order, each with ``t`` (``time.perf_counter()`` seconds): ``key``
+    (a change typed; ``taken``: a suggestion taken), ``ask`` (a request sent: its ``id``) and ``answer``
+    (its response arrived, superseded or not: ``id``, ``text``, ``error`` for an error response).
+    """
 
     def __init__(self, client: LanguageClient, pace: dict, rng: random.Random):
         self.client, self.pace, self.rng = client, pace, rng
         self.version = 0
         self.outcome = Outcome()
         self.pending: dict[str, tuple[asyncio.Future, int, float]] = {}  # request id -> (future, version, last key)
+        self.events: list[dict] = []
         self._next_id = 0
 
     def _change(self, uri: str, offset_text: str, text: str) -> None:
@@ -139,10 +165,22 @@ class TypistSession:
             context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic))
         future = asyncio.wrap_future(self.client.protocol.send_request(
             types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=request_id))
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a cancelled request's error is expected
+        self.events.append({"event": "ask", "t": time.perf_counter(), "id": request_id})
+        future.add_done_callback(lambda f: self._arrived(request_id, f))
         self.pending[request_id] = (future, self.version, last_key)
         self.outcome.requests += 1
         return request_id
+
+    def _arrived(self, request_id: str, future: asyncio.Future) -> None:
+        """An answer event for a response (a cancelled request's error response is expected)."""
+        if future.cancelled():
+            return
+        error = future.exception()
+        event = {"event": "answer", "t": time.perf_counter(), "id": request_id,
+                 "text": "" if error is not None else answer_text(future.result())}
+        if error is not None:
+            event["error"] = str(error) or type(error).__name__
+        self.events.append(event)
 
     def _cancel_unanswered(self) -> None:
         for request_id, (future, _, _) in list(self.pending.items()):
@@ -160,11 +198,9 @@ class TypistSession:
             future, version, _ = self.pending[request_id]
             left = deadline - time.perf_counter()
             done, _ = await asyncio.wait({future}, timeout=max(0.0, left))
-            if done and version == self.version:
+            if done and version == self.version and not future.exception():
                 arrived = time.perf_counter()
-                result = future.result()
-                text = result.items[0].insert_text if result and result.items else ""
-                text = text if isinstance(text, str) else text.value
+                text = answer_text(future.result())
                 if text:
                     shown = text
                     self.outcome.shown += 1
@@ -175,15 +211,31 @@ class TypistSession:
             await asyncio.sleep(left)
         return shown
 
-    async def type_function(self, name: str, text: str, start: int, end: int) -> None:
+    def open_document(self, name: str, text: str, start: int, end: int) -> str:
+        """Open ``text`` without the body ``text[start:end]`` as a document named after ``name``; its URI."""
         uri = f"file:///typist/{name.split(' ', 1)[0].replace('/', '_').replace(':', '_')}"
-        body = text[start:end]
         self.version += 1
         self.client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
             uri=uri, language_id="python", version=self.version, text=text[:start] + text[end:])))
-        before, index, shown = text[:start], 0, ""
-        self.outcome.characters += len(body)
-        while index < len(body):
+        return uri
+
+    def close_document(self, uri: str) -> None:
+        self._cancel_unanswered()
+        self.client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+
+    async def type_function(self, name: str, text: str, start: int, end: int) -> None:
+        uri = self.open_document(name, text, start, end)
+        await self.type_body(uri, text[:start], text[start:end])
+        self.close_document(uri)
+
+    async def type_body(self, uri: str, before: str, body: str, stop: int | None = None) -> None:
+        """Type ``body`` at the end of ``before`` (the document's text up to the cursor) at the pace,
+        taking suggestions when right, until ``body[:stop]`` (default: all of it) is in the document."""
+        stop = len(body) if stop is None else stop
+        index, shown = 0, ""
+        self.outcome.characters += stop
+        while index < stop:
             rest = body[index:]
             taken = takeable(shown, rest)
             if taken:
@@ -201,34 +253,46 @@ class TypistSession:
             self._cancel_unanswered()
             self._change(uri, before, change)
             last_key = time.perf_counter()
+            self.events.append({"event": "key", "t": last_key, "taken": bool(taken)})
             before += change
             index += len(change)
-            if index >= len(body):
+            if index >= stop:
                 break
             think = self.rng.uniform(*self.pace["after_enter_s"]) if change.startswith("\n") else 0.0
             shown = await self._wait(max(think, self.rng.uniform(*self.pace["key_s"])), shown, before, uri, last_key)
-        self._cancel_unanswered()
-        self.client.text_document_did_close(types.DidCloseTextDocumentParams(
-            text_document=types.TextDocumentIdentifier(uri=uri)))
 
 
-async def run_row(args: argparse.Namespace, pace_name: str, functions, backend: str, endpoint: str) -> dict:
+async def start_typist_server(args: argparse.Namespace, backend: str = "local",
+                              endpoint: str = "") -> tuple[LanguageClient, Path]:
+    """(client, trace file) of a fresh server over stdio with ``args``' models and ``--setting`` items
+    (``--check-exact``: the verbose trace, which keeps each answer's replay); returns once the models
+    are loaded (:func:`bench.lsp_client.start_server`)."""
     trace_path = Path(tempfile.mkdtemp(prefix="speclsp-typist-")) / "trace.jsonl"
     settings = list(getattr(args, "setting", None) or [])
-    if getattr(args, "check_exact", False) and backend == "local":  # the trace file keeps each answer's replay
+    if getattr(args, "check_exact", False) and backend == "local":
         settings.append("trace.level=verbose")
     server_args = argparse.Namespace(**{**vars(args), "backend": backend, "endpoint": endpoint, "setting": settings})
-    client = await start_server(server_args, trace_path, "speclsp-typist")
-    session = TypistSession(client, PACES[pace_name], random.Random(args.seed))
-    for number, (name, text, start, end) in enumerate(functions, 1):
-        print(f"[{backend} {pace_name}] typing {number}/{len(functions)}: {name}", file=sys.stderr)
-        await session.type_function(name, text, start, end)
+    return await start_server(server_args, trace_path, "speclsp-typist"), trace_path
+
+
+async def stop_typist_server(client: LanguageClient, trace_path: Path) -> tuple[dict, list[dict]]:
+    """Half a second after the typing, (the server's memory, :func:`server_memory_mb`; its trace
+    records, one dict per request in the order answered); the server shut down and exited."""
     await asyncio.sleep(0.5)
     memory = server_memory_mb(client._server.pid)
     await client.shutdown_async(None)
     client.exit(None)
     await client.stop()
-    records = [json.loads(line) for line in trace_path.read_text().splitlines()]
+    return memory, [json.loads(line) for line in trace_path.read_text().splitlines()]
+
+
+async def run_row(args: argparse.Namespace, pace_name: str, functions, backend: str, endpoint: str) -> dict:
+    client, trace_path = await start_typist_server(args, backend, endpoint)
+    session = TypistSession(client, PACES[pace_name], random.Random(args.seed))
+    for number, (name, text, start, end) in enumerate(functions, 1):
+        print(f"[{backend} {pace_name}] typing {number}/{len(functions)}: {name}", file=sys.stderr)
+        await session.type_function(name, text, start, end)
+    memory, records = await stop_typist_server(client, trace_path)
     by_id = {record["msg_id"]: record for record in records if "msg_id" in record}
     outcome = session.outcome
     shown_by_model = [request_id for request_id in outcome.shown_ids if by_id.get(request_id, {}).get("status") == "ok"]
