@@ -20,6 +20,7 @@ from lsp_server.requests.work_ahead import NEXT_LINE, WHOLE_PROMPT
 from lsp_server.settings import Settings
 from lsp_server.workspace.positions import codec_for
 from tests.fake_session import FakeSession, services
+from tests.test_ahead import type_key
 from tests.test_service import STARTER, TEXT, URI, _completion, _opened
 
 pytestmark = pytest.mark.unit
@@ -197,6 +198,25 @@ async def test_after_an_answer_from_a_cut_prompt_the_whole_prompt_is_computed_in
     assert "prepare_ahead" not in names(session)  # the whole prompt took the next line's place
     (request,) = [args[0] for name, args in session.calls if name == "prefill_prompt"]
     assert request.method == WHOLE_PROMPT and request.offset == len(TEXT)
+    worker.shutdown()
+
+
+async def test_in_a_document_answered_from_a_cut_prompt_each_change_schedules_the_whole_prompt_anew():
+    cut = lambda request: replace(_completion(request, "pass"), cut_from=900)  # noqa: E731
+    worker, session, store, pipeline, completions = setup({"complete": cut})
+    await completions.complete("inlineCompletion", URI, END)
+    assert URI in pipeline.work_ahead.cold
+    document = type_key(store, completions, 2, "\n", END)  # Enter: the editor asks for nothing in indentation
+    await until(lambda: any(name == "prefill_prompt" and args[0].document.version == 2
+                            for name, args in session.calls))
+    (request,) = [args[0] for name, args in session.calls if name == "prefill_prompt" and args[0].document.version == 2]
+    assert request.offset == len(document.text) and request.method == WHOLE_PROMPT
+    pipeline.work_ahead.answered(request_at(store, types.Position(line=5, character=0)))  # a whole-prompt answer
+    assert URI not in pipeline.work_ahead.cold  # the check can fail: the document stays cold while cut
+    calls = len(session.calls)
+    type_key(store, completions, 3, "x", types.Position(line=5, character=0))
+    await asyncio.sleep(3 * IDLE_S)
+    assert "prefill_prompt" not in [name for name, _ in session.calls[calls:]]
     worker.shutdown()
 
 

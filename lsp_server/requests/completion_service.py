@@ -20,13 +20,13 @@ from collections.abc import Callable
 from lsprotocol import types
 
 from decoding.types import FinishReason
-from lsp_server.requests.ahead import AheadCompletions
+from lsp_server.requests.ahead import CODE_POINTS, AheadCompletions
 from lsp_server.completion.mode import suppresses_automatic
 from lsp_server.requests.next_edit_service import NextEditService
 from lsp_server.requests.pipeline import Answer, RequestPipeline
 from lsp_server.workspace.repo_index import RepoIndex
 from lsp_server.model.session import ModelSession
-from lsp_server.request import CompletionRequest
+from lsp_server.request import CompletionRequest, resolve_request
 from lsp_server.requests.type_through import TypeThroughCache
 from lsp_server.workspace.documents import Document
 
@@ -64,8 +64,14 @@ class CompletionService:
         ahead of the editor's request (:mod:`lsp_server.requests.ahead`; it cancels what was started before)."""
         if cursor is None:
             self.ahead.forget(document.uri)
-        else:
-            self.ahead.start(document, cursor, self._others(document.uri), self.repo_ref())
+            return
+        others = self._others(document.uri)
+        self.ahead.start(document, cursor, others, self.repo_ref())
+        work_ahead = self.pipeline.work_ahead
+        if document.uri in work_ahead.cold and work_ahead.may_start(document, gives_way=False):
+            request = resolve_request(document, document.lines.position_at(cursor, CODE_POINTS), CODE_POINTS,
+                                      self.pipeline.settings_ref(), automatic=True)
+            work_ahead.changed(request, others, self.repo_ref())
 
     async def complete(self, method: str, uri: str, position: types.Position, automatic: bool = False) -> Answer | None:
         """Complete at ``position``; ``None`` when there is nothing to offer.
@@ -124,4 +130,5 @@ class CompletionService:
     def forget(self, uri: str) -> None:
         """A document closed: forget its type-through answer and what was started for it."""
         self.type_through.forget(uri)
+        self.pipeline.work_ahead.cold.discard(uri)
         self.ahead.forget(uri)

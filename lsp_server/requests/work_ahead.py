@@ -28,7 +28,10 @@ The order, first to last:
    It starts only on an idle model thread, so it never cuts the burst's work (3), which cuts it. Only the
    newest answer's next line is prepared. After an answer from a prompt cut for time
    (:mod:`lsp_server.model.cold_prompt`: a file just opened), the whole prompt is computed instead, in the
-   same place and on the same terms: the requests that follow need it before any next line.
+   same place and on the same terms: the requests that follow need it before any next line. Until an
+   answer comes from the whole prompt, each change of that document schedules it again for the cursor the
+   change leaves (:meth:`WorkAhead.changed`), so the pauses in typing compute it piece by piece (the
+   pieces computed stay cached when a key stops it).
 
 Why this order: a request is what the user waits for, and the completion at the key is such a request,
 only earlier. A burst's end is the user's latest state of a document and a next-edit prompt is long, so
@@ -99,6 +102,9 @@ class WorkAhead:
         self.pipeline = pipeline
         self.next_line_idle_s = next_line_idle_s
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (uri, method) -> its pending start
+        #: Documents whose last answer came from a prompt cut for time: their whole prompt is computed ahead
+        self.cold: set[str] = set()
+        self._whole_for: dict[str, CompletionRequest] = {}  # uri -> the request of its latest whole-prompt start
 
     # The guard
     def may_start(self, document: Document, gives_way: bool) -> bool:
@@ -152,21 +158,37 @@ class WorkAhead:
         ``request`` (an answer with text) its next line (:meth:`prepare_next_line`)."""
         self.pipeline.in_background(ModelSession.warm_up, after_the_answer=True)
         if cut is not None:
+            self.cold.add(cut.uri)
             after_answer(self.prefill_whole_prompt, cut, others, repo)
         elif request is not None:
+            self.cold.discard(request.uri)
             after_answer(self.prepare_next_line, request, others, repo)
+
+    def changed(self, request: CompletionRequest, others: list[Document] = (), repo: RepoIndex | None = None) -> None:
+        """A document changed, ``request`` at the cursor the change leaves: in a document whose last answer
+        came from a cut prompt, compute the whole prompt for this cursor once the model thread is idle (a
+        pause in typing, such as after Enter, where the editor may ask for nothing)."""
+        if request.uri in self.cold:
+            self.prefill_whole_prompt(request, others, repo)
 
     def prefill_whole_prompt(self, request: CompletionRequest, others: list[Document] = (),
                              repo: RepoIndex | None = None) -> None:
         """Compute the whole prompt of ``request`` (answered from a prompt cut for time) once the model thread
         has been idle ``next_line_idle_s`` (module docstring, 4: it takes the next line's place, since the
-        next requests need it first); it replaces any whole prompt or next line still waiting."""
+        next requests need it first); it replaces any whole prompt or next line still waiting, but not one
+        waiting for a newer snapshot of the document (an answer's callback that comes after a change)."""
+        pending = self._whole_for.get(request.uri)
+        if (request.uri, WHOLE_PROMPT) in self._timers and pending is not None and \
+                pending.document.version > request.document.version:
+            return
+        self._whole_for[request.uri] = request
         for uri, method in [key for key in self._timers if key[1] in (NEXT_LINE, WHOLE_PROMPT)]:
             self.drop_pending(uri, method)
         self.after(request.uri, WHOLE_PROMPT, self.next_line_idle_s, self._whole_prompt, request, others, repo,
                    idle=True)
 
     def _whole_prompt(self, request: CompletionRequest, others: list[Document], repo: RepoIndex | None) -> None:
+        self._whole_for.pop(request.uri, None)
         if self.may_start(request.document, gives_way=True):
             request = replace(request, method=WHOLE_PROMPT, cancelled=threading.Event())
             self.start(request, ModelSession.prefill_prompt, others, repo, gives_way=True)
