@@ -50,6 +50,7 @@ def test_the_short_budgets_fit_the_time_and_depend_on_nothing_but_the_time_and_t
     short = shorter_settings(CostOnly(2000, 5.0), _request(settings), _Prompt)  # 10 s: cut to 160 tokens
     assert (short.prefix_tokens, short.suffix_tokens, short.extra_tokens) == (120, 40, 0)
     assert shorter_settings(CostOnly(1500, 5.0), _request(settings, line=50), _Prompt) == short  # another cursor
+    assert shorter_settings(CostOnly(900, 5.0), _request(settings), _Prompt) is None  # mostly cached: whole
     slow = shorter_settings(CostOnly(2000, 500.0), _request(settings), _Prompt)
     assert slow.prefix_tokens + slow.suffix_tokens == MIN_SHORT_TOKENS
     assert shorter_settings(CostOnly(2000, 5.0), _request(Settings(cold_prompt_ms=0)), _Prompt) is None  # off

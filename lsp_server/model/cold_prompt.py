@@ -6,7 +6,7 @@ Once cached, typing adds a few tokens per key (the typed-tail layout, :mod:`lsp_
 but the first request in a document finds nothing cached, and computing the whole prompt costs its
 length times the cost of a token in a long pass: seconds on a CPU without bfloat16 for the model that
 writes completions. Where that estimate (:meth:`lsp_server.backends.base.GenerationBackend.prompt_cost`)
-passes ``completion.coldPromptMs``, the request is answered from the same prompt with budgets that fit
+passes ``completion.coldPromptMs`` and the caches lack most of the prompt (:data:`COLD_SHARE`), the request is answered from the same prompt with budgets that fit
 that time (:func:`shorter_settings`): no snippets of other files, three quarters of the tokens before the
 cursor and a quarter after. The budgets depend only on the time and the measured cost, not on the
 request, so the short prompts of consecutive keys share their cache as whole ones do.
@@ -27,6 +27,10 @@ from lsp_server.request import CompletionRequest
 
 #: The fewest tokens a short prompt keeps, however slow the model: a few lines around the cursor.
 MIN_SHORT_TOKENS = 48
+#: A prompt is cut only where its caches lack more than this share of it: a cold one (a file just opened, a
+#: jump far away). A mostly cached one (the anchor moved, the text after the cursor changed) is computed
+#: whole: the short prompt's answers are much worse, and its few hundred tokens are soon done.
+COLD_SHARE = 0.5
 PREFIX_SHARE = 0.75  # of a short prompt's tokens before the cursor; the rest after it
 
 
@@ -41,7 +45,8 @@ def shorter_settings(backend: GenerationBackend, request: CompletionRequest, pro
     if cost is None:
         return None
     missing, ms_per_token = cost
-    if missing * ms_per_token <= settings.cold_prompt_ms or ms_per_token <= 0:
+    if missing * ms_per_token <= settings.cold_prompt_ms or ms_per_token <= 0 or \
+            missing <= COLD_SHARE * len(prompt.prompt_ids):
         return None
     tokens = max(MIN_SHORT_TOKENS, int(settings.cold_prompt_ms / ms_per_token))
     prefix = max(1, int(tokens * PREFIX_SHARE))

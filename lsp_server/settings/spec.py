@@ -139,9 +139,9 @@ class Settings:
     extra_tokens: int = _setting("completion", 512, "Prompt budget (tokens) for snippets of other files, for "
                                  "models that know the repository format.", minimum=0, maximum=32768)
     cold_prompt_ms: int = _setting(
-        "completion", 800, "A prompt in time: where computing the part of a completion's prompt that is not cached "
-        "would take longer than this many milliseconds (estimated from the pass costs measured at load; a file just "
-        "opened, a jump far away), the answer comes from a shorter prompt of the lines around the cursor that fits, "
+        "completion", 800, "A prompt in time: where most of a completion's prompt is not cached (a file just opened, a "
+        "jump far away) and computing it would take longer than this many milliseconds (estimated from the pass "
+        "costs measured at load), the answer comes from a shorter prompt of the lines around the cursor that fits, "
         "and the whole prompt is computed in the background while the model is idle, for the requests after it "
         "(0 = always the whole prompt). Local engine only; exactness is unaffected.", minimum=0, maximum=600000)
     token_healing: bool = _setting(
