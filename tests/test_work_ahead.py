@@ -220,6 +220,18 @@ async def test_in_a_document_answered_from_a_cut_prompt_each_change_schedules_th
     worker.shutdown()
 
 
+async def test_the_whole_prompt_does_not_wait_for_an_idle_thread_and_the_bursts_work_gives_way_to_it():
+    stopped = []
+    worker, session, store, pipeline, _ = setup({"prefill_rewrite": waits_for_stop(stopped)})
+    work_ahead = pipeline.work_ahead
+    burst = work_ahead.start(request_at(store), ModelSession.prefill_rewrite, gives_way=True)
+    await until(lambda: "prefill_rewrite" in names(session))
+    work_ahead.answered(None, cut=request_at(store))
+    await until(lambda: "prefill_prompt" in names(session))
+    assert stopped == [True] and burst is not None  # the burst's work stopped for it
+    worker.shutdown()
+
+
 async def test_the_next_line_waits_while_the_model_thread_works_and_a_change_cancels_it():
     gate = threading.Event()
     worker, session, store, pipeline, _ = setup({"complete": lambda request: gate.wait(10) and None})

@@ -27,8 +27,10 @@ The order, first to last:
    spare KV cache, and that line's completion: :meth:`lsp_server.model.session.ModelSession.prepare_ahead`).
    It starts only on an idle model thread, so it never cuts the burst's work (3), which cuts it. Only the
    newest answer's next line is prepared. After an answer from a prompt cut for time
-   (:mod:`lsp_server.model.cold_prompt`: a file just opened), the whole prompt is computed instead, in the
-   same place and on the same terms: the requests that follow need it before any next line. Until an
+   (:mod:`lsp_server.model.cold_prompt`: a file just opened), the whole prompt is computed instead, after
+   the same wait for the document to rest but not for an idle model thread: the requests that follow need
+   it before any next line, and the burst end's work (3), which would hold every pause, gives way to it
+   (what the user sees, completions from a cut prompt, comes before a next-edit prompt). Until an
    answer comes from the whole prompt, each change of that document schedules it again for the cursor the
    change leaves (:meth:`WorkAhead.changed`), so the pauses in typing compute it piece by piece (the
    pieces computed stay cached when a key stops it).
@@ -173,10 +175,12 @@ class WorkAhead:
 
     def prefill_whole_prompt(self, request: CompletionRequest, others: list[Document] = (),
                              repo: RepoIndex | None = None) -> None:
-        """Compute the whole prompt of ``request`` (answered from a prompt cut for time) once the model thread
-        has been idle ``next_line_idle_s`` (module docstring, 4: it takes the next line's place, since the
-        next requests need it first); it replaces any whole prompt or next line still waiting, but not one
-        waiting for a newer snapshot of the document (an answer's callback that comes after a change)."""
+        """Compute the whole prompt of ``request`` (answered from a prompt cut for time, or a change of such a
+        document) once the document has been unchanged ``next_line_idle_s``, giving way to anything queued
+        (module docstring, 4: it takes the next line's place, and does not wait for an idle model thread: the
+        burst end's next-edit prompt, which may hold the pauses, gives way to it); it replaces any whole
+        prompt or next line still waiting, but not one waiting for a newer snapshot of the document (an
+        answer's callback that comes after a change)."""
         pending = self._whole_for.get(request.uri)
         if (request.uri, WHOLE_PROMPT) in self._timers and pending is not None and \
                 pending.document.version > request.document.version:
@@ -184,8 +188,7 @@ class WorkAhead:
         self._whole_for[request.uri] = request
         for uri, method in [key for key in self._timers if key[1] in (NEXT_LINE, WHOLE_PROMPT)]:
             self.drop_pending(uri, method)
-        self.after(request.uri, WHOLE_PROMPT, self.next_line_idle_s, self._whole_prompt, request, others, repo,
-                   idle=True)
+        self.after(request.uri, WHOLE_PROMPT, self.next_line_idle_s, self._whole_prompt, request, others, repo)
 
     def _whole_prompt(self, request: CompletionRequest, others: list[Document], repo: RepoIndex | None) -> None:
         self._whole_for.pop(request.uri, None)
