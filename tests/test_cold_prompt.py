@@ -78,6 +78,7 @@ def test_a_cold_request_is_answered_exactly_from_a_short_prompt_and_the_whole_on
     first = session.complete(request)
     assert first.cut_from > 1000 and len(first.prompt.prompt_ids) <= 220
     assert "prompt_cut_from" in first.trace_fields()
+    assert document.uri in session.sources.answered_cut  # one quick answer: the next requests get the whole prompt
     plain = engine.generate(first.prompt.prompt_ids, first.config, "none", cache_key="plain")
     assert first.generation.token_ids == plain.token_ids  # the greedy answer to the prompt it was given
     computed = session.prefill_prompt(request)
@@ -85,6 +86,11 @@ def test_a_cold_request_is_answered_exactly_from_a_short_prompt_and_the_whole_on
     second = session.complete(replace(request, cancelled=type(request.cancelled)()))
     assert second.cut_from == 0 and len(second.prompt.prompt_ids) == first.cut_from
     assert second.generation.stats.prefill_reused >= len(second.prompt.prompt_ids) - 2  # the spare, swapped in
+    assert document.uri not in session.sources.answered_cut
+    backend.forget_cache(document.uri)  # cold again: a first request is cut, the one after it is not
+    again = ModelSession(backend)
+    assert again.complete(request).cut_from == first.cut_from
+    assert again.complete(replace(request, cancelled=type(request.cancelled)())).cut_from == 0
     backend.forget_cache(document.uri)  # cold again: with the limit off, the whole prompt all the same
     off = ModelSession(backend).complete(replace(request, settings=replace(settings, cold_prompt_ms=0)))
     assert off.cut_from == 0 and len(off.prompt.prompt_ids) == first.cut_from

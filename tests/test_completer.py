@@ -154,7 +154,7 @@ def test_large_document_parts_are_tokenised_after_the_first_answer_then_drafted_
     document = Document("file:///big.py", text, 0, "python")
     line = len(text.split("\n")) // 2
     sources = DraftSources(defer_cold_parts=True)
-    request = resolve_request(document, types.Position(line=line, character=0), UTF16, Settings(max_new_tokens=4))
+    request = resolve_request(document, types.Position(line=line, character=0), UTF16, Settings(max_new_tokens=4, cold_prompt_ms=0))  # the whole prompt each time
     above_key = SourceKey(document.uri, "above")
     sources.document_closed(engine, document.uri)
     first = complete(as_backend(engine), request, sources=sources)

@@ -11,10 +11,16 @@ that time (:func:`shorter_settings`): no snippets of other files, three quarters
 cursor and a quarter after. The budgets depend only on the time and the measured cost, not on the
 request, so the short prompts of consecutive keys share their cache as whole ones do.
 
-The whole prompt is then computed in the background, in pieces that give way to requests
+One such answer per cold spell: once a request of the document was answered from a cut prompt, the
+requests after it are given the whole prompt again (:class:`lsp_server.model.draft_sources.DraftSources`
+``answered_cut``, cleared by an answer from a whole prompt), which they compute piece by piece (a
+request superseded by a key keeps the pieces it computed) as before. Cutting every request until the
+whole prompt was ready in the background cost a typist half the characters it took
+(docs/bench/first-answer-amd-2026-12-07): the short prompt's answers are much worse, and on a CPU the
+model thread is busy with them between keys, so the whole prompt hardly progressed. The whole prompt is
+also computed in the background in the pauses, in pieces that give way to requests
 (:meth:`lsp_server.model.session.ModelSession.prefill_prompt`, scheduled by
-:mod:`lsp_server.requests.work_ahead`), into the document's spare cache; once it is there, the requests
-find it cached and use it. Every answer is the model's greedy answer to the prompt it was given (the
+:mod:`lsp_server.requests.work_ahead`), into the document's spare cache. Every answer is the model's greedy answer to the prompt it was given (the
 trace records the prompt, and ``prompt_cut_from`` the length of the whole one it was cut from).
 """
 

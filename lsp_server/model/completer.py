@@ -132,7 +132,7 @@ def complete(
     other_documents = context_documents(other_documents)  # the one gate: secrets are never context
     prompt, related, anchor = prepare_prompt(backend, request, other_documents, repo, sources)
     cut_from = 0
-    short = shorter_settings(backend, request, prompt)
+    short = None if request.uri in sources.answered_cut else shorter_settings(backend, request, prompt)
     if short is not None:  # the whole prompt would take too long: the lines around the cursor that fit
         cut_from = len(prompt.prompt_ids)
         prompt, related, anchor = prepare_prompt(backend, replace(request, settings=short), other_documents, repo,
@@ -148,6 +148,10 @@ def complete(
     generation = backend.generate(prompt, config, settings.drafter, request.cancelled.is_set, cache_key=document.uri)
     if backend.keeps_sources:
         sources.remember_output(document.uri, prompt.prompt_ids, generation.token_ids)
+    if not cut_from:
+        sources.answered_cut.discard(document.uri)
+    elif generation.finish_reason != FinishReason.CANCELLED:
+        sources.answered_cut.add(document.uri)  # one quick answer; the next requests compute the whole prompt
     if anchor is not None and generation.token_ids:
         written = backend.tokenizer.decode(generation.token_ids, skip_special_tokens=True)
         sources.anchors.keep(document.uri, KeptTail(prompt.tail_ids, prompt.tail_text, written))

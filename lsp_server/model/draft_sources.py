@@ -64,6 +64,8 @@ class DraftSources:
         self.anchors = AnchorBook()  # the typed-tail prompts' anchors (lsp_server.completion.anchor)
         self._outputs: dict[str, tuple[int, list[int]]] = {}  # uri -> (serial, prompt tail + generated ids)
         self._serial = 0
+        #: documents answered from a prompt cut for time since their last whole prompt (lsp_server.model.cold_prompt)
+        self.answered_cut: set[str] = set()
 
     def key(self, uri: str, part: str = "document") -> SourceKey:
         """The source key of ``uri`` (or one of its parts), labelled with its short name."""
@@ -87,6 +89,7 @@ class DraftSources:
         again) and its KV caches."""
         self.encoder(backend).forget(uri)
         self.anchors.forget(uri)
+        self.answered_cut.discard(uri)
         self._outputs.pop(uri, None)
         self._pending = [item for item in self._pending if item[0].uri != uri]
         self.forget_in(backend, uri)

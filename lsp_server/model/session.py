@@ -20,6 +20,7 @@ above this module touches a backend. The command line builds one directly (it ha
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -33,6 +34,8 @@ from lsp_server.completion.related_files import context_documents
 from lsp_server.next_edit.prompt import NextEditUnsupported
 from lsp_server.request import CompletionRequest, Yielding, after_enter
 from lsp_server.workspace.syntax import parser_for
+
+log = logging.getLogger(__name__)
 
 #: What the worker may run (:meth:`lsp_server.model.worker.ModelWorker.run`); nothing hands a backend out.
 OPERATIONS = frozenset({"complete", "rewrite", "prefill_rewrite", "prepare_ahead", "prefill_prompt", "document_opened",
@@ -133,7 +136,10 @@ class ModelSession:
             return 0
         backend = self.backends[ROLE_COMPLETION]
         prompt, _, _ = prepare_prompt(backend, request, context_documents(other_documents), repo, self.sources)
-        return backend.prefill(prompt.prompt_ids, request.uri, stop, spare=True, preempt=stop)
+        fed = backend.prefill(prompt.prompt_ids, request.uri, stop, spare=True, preempt=stop)
+        log.info("whole prompt ahead: %d of its %d tokens computed%s", fed, len(prompt.prompt_ids),
+                 " (stopped: a request or a change)" if stop() else "")
+        return fed
 
     def prepare_ahead(self, request: CompletionRequest, other_documents: list[Document] = (),
                       repo: RepoIndex | None = None, should_stop: Callable[[], bool] | None = None) -> int:

@@ -70,9 +70,10 @@ class RewritesAhead:
         self.pipeline.work_ahead.after(document.uri, REWRITE_AHEAD, self.settled_s, self._settled, document, cursor)
 
     def _settled(self, document: Document, cursor: int) -> None:
-        """The burst ended: start the prefill (or the rewrite), when the scheduler's guard lets it."""
+        """The burst ended: start the prefill (or the rewrite), when the scheduler's guard lets it, and not in a
+        document whose completions come from a cut prompt (its whole prompt goes first: the scheduler's order)."""
         uri, pipeline, work_ahead = document.uri, self.pipeline, self.pipeline.work_ahead
-        if not work_ahead.may_start(document, gives_way=True) or not self.history.has_edits(uri):
+        if not work_ahead.may_start(document, gives_way=True) or not self.history.has_edits(uri) or uri in work_ahead.cold:
             return
         settings = pipeline.settings_ref()
         request = resolve_request(document, document.lines.position_at(cursor, CODE_POINTS), CODE_POINTS, settings,

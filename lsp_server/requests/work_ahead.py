@@ -29,8 +29,9 @@ The order, first to last:
    newest answer's next line is prepared. After an answer from a prompt cut for time
    (:mod:`lsp_server.model.cold_prompt`: a file just opened), the whole prompt is computed instead, after
    the same wait for the document to rest but not for an idle model thread: the requests that follow need
-   it before any next line, and the burst end's work (3), which would hold every pause, gives way to it
-   (what the user sees, completions from a cut prompt, comes before a next-edit prompt). Until an
+   it before any next line, and the burst end's work (3), which would hold every pause, does not start in
+   such a document and gives way to it elsewhere (what the user sees, completions from a cut prompt, comes
+   before a next-edit prompt). Until an
    answer comes from the whole prompt, each change of that document schedules it again for the cursor the
    change leaves (:meth:`WorkAhead.changed`), so the pauses in typing compute it piece by piece (the
    pieces computed stay cached when a key stops it).
