@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     # Plain decoding first: it is the reference every other drafter must equal.
     drafters = (["none"] if "none" in drafters else []) + [d for d in drafters if d != "none"]
     codec = codec_for(types.PositionEncodingKind.Utf32)
-    base = Settings(model=args.model, draft_model=args.draft_model, dtype=args.dtype)
+    # every cut is a cold document: the whole prompt, not one cut for time (completion.coldPromptMs)
+    base = Settings(model=args.model, draft_model=args.draft_model, dtype=args.dtype, cold_prompt_ms=0)
     points = cut_points(args.cuts, args.seed, args.corpus)
     engine = Engine.load(base.engine_config())
     if engine.notice:

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     base, *candidates = args.variants.split(",")
     codec = codec_for(types.PositionEncodingKind.Utf32)
     settings = Settings(model=args.model, draft_model="none", dtype=args.dtype, drafter="ngram",
-                        max_new_tokens=args.max_new_tokens, time_budget_ms=0)
+                        max_new_tokens=args.max_new_tokens, time_budget_ms=0, cold_prompt_ms=0)
     engine = Engine.load(settings.engine_config())
     backend = as_backend(engine)
     rows = resumed_rows(args) if args.resume else []

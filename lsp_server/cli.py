@@ -117,8 +117,9 @@ def run_complete(args: argparse.Namespace) -> int:
     removed = ""
     if args.cut_lines:  # cut_hole refuses a negative count
         document, removed = cut_hole(document, position, codec, args.cut_lines)
-    # One completion, asked for: its whole answer, by the target (not a typist's model, completion.model).
-    settings = settings_from_flags(args, time_budget_ms=0, completion_model="target")
+    # One completion, asked for: its whole answer from the whole prompt, by the target (not a typist's
+    # model, completion.model; no prompt cut for time, completion.coldPromptMs: nothing follows it).
+    settings = settings_from_flags(args, time_budget_ms=0, cold_prompt_ms=0, completion_model="target")
     backend = load_backend(settings.backend_config(), lambda stage: logging.getLogger("speclsp").info("%s", stage))
     notice = backend.describe().notice
     if notice:
