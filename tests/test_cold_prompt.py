@@ -95,3 +95,26 @@ def test_a_cold_request_is_answered_exactly_from_a_short_prompt_and_the_whole_on
     off = ModelSession(backend).complete(replace(request, settings=replace(settings, cold_prompt_ms=0)))
     assert off.cut_from == 0 and len(off.prompt.prompt_ids) == first.cut_from
     assert off.generation.stats.prefill_computed >= first.cut_from - 2
+
+
+def test_a_cut_prompt_with_nothing_to_show_is_answered_from_the_whole_prompt(engine, monkeypatch):
+    from lsp_server.model import completer
+
+    backend = as_backend(engine)
+    backend.forget_cache("file:///empty-cut.py")
+    _, ms_per_token = backend.prompt_cost([1], "nothing cached")
+    document, line = _long_document()
+    document = replace(document, uri="file:///empty-cut.py")
+    settings = Settings(cold_prompt_ms=max(1, int(200 * ms_per_token)), max_new_tokens=8)
+    request = resolve_request(document, types.Position(line=line, character=0), UTF16, settings)
+    real = completer.postprocess
+    lengths = []
+
+    def empty_when_short(text, prompt, *args, **kwargs):  # the short prompt's answer shows nothing
+        lengths.append(len(prompt.prompt_ids))
+        return "" if len(prompt.prompt_ids) <= 220 else real(text, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(completer, "postprocess", empty_when_short)
+    answer = ModelSession(backend).complete(request)
+    assert lengths[0] <= 220 < lengths[-1] and len(lengths) == 2  # cut, then the whole prompt
+    assert answer.cut_from == 0 and len(answer.prompt.prompt_ids) == lengths[-1]

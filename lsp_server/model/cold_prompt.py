@@ -11,6 +11,7 @@ that time (:func:`shorter_settings`): no snippets of other files, three quarters
 cursor and a quarter after. The budgets depend only on the time and the measured cost, not on the
 request, so the short prompts of consecutive keys share their cache as whole ones do.
 
+A cut prompt whose answer is empty is not shown: the request is answered from the whole prompt instead.
 One such answer per cold spell: once a request of the document was answered from a cut prompt, the
 requests after it are given the whole prompt again (:class:`lsp_server.model.draft_sources.DraftSources`
 ``answered_cut``, cleared by an answer from a whole prompt), which they compute piece by piece (a

@@ -157,6 +157,8 @@ def complete(
         sources.anchors.keep(document.uri, KeptTail(prompt.tail_ids, prompt.tail_text, written))
     t2 = time.perf_counter()
     insert_text = postprocess(generation.text, prompt, mode, document.language_id, generation.finish_reason, window)
+    if cut_from and not insert_text.strip() and not request.cancelled.is_set():
+        return complete(backend, request, other_documents, repo, sources, seed)  # nothing to show: the whole prompt
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
     return Completion(insert_text, prompt, generation, mode, ms, config, backend.describe().target, cut_from)
 
