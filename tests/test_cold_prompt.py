@@ -41,7 +41,7 @@ class _Prompt:
 
 def _request(settings: Settings, text: str = "x = 1\n" * 400, line: int = 200):
     document = Document("file:///long.py", text, 1, "python")
-    return resolve_request(document, types.Position(line=line, character=0), UTF16, settings)
+    return resolve_request(document, types.Position(line=line, character=0), UTF16, settings, automatic=True)
 
 
 def test_the_short_budgets_fit_the_time_and_depend_on_nothing_but_the_time_and_the_cost():
@@ -55,6 +55,8 @@ def test_the_short_budgets_fit_the_time_and_depend_on_nothing_but_the_time_and_t
     assert slow.prefix_tokens + slow.suffix_tokens == MIN_SHORT_TOKENS
     assert shorter_settings(CostOnly(2000, 5.0), _request(Settings(cold_prompt_ms=0)), _Prompt) is None  # off
     assert shorter_settings(CostOnly(2000, None), _request(settings), _Prompt) is None  # a remote engine
+    asked = replace(_request(settings), automatic=False)
+    assert shorter_settings(CostOnly(2000, 5.0), asked, _Prompt) is None  # a completion asked for: whole
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +75,7 @@ def test_a_cold_request_is_answered_exactly_from_a_short_prompt_and_the_whole_on
     _, ms_per_token = backend.prompt_cost([1], "nothing cached")
     settings = Settings(cold_prompt_ms=max(1, int(200 * ms_per_token)), max_new_tokens=12)  # about 200 tokens fit
     document, line = _long_document()
-    request = resolve_request(document, types.Position(line=line, character=0), UTF16, settings)
+    request = resolve_request(document, types.Position(line=line, character=0), UTF16, settings, automatic=True)
     session = ModelSession(backend)
     first = session.complete(request)
     assert first.cut_from > 1000 and len(first.prompt.prompt_ids) <= 220
@@ -106,7 +108,7 @@ def test_a_cut_prompt_with_nothing_to_show_is_answered_from_the_whole_prompt(eng
     document, line = _long_document()
     document = replace(document, uri="file:///empty-cut.py")
     settings = Settings(cold_prompt_ms=max(1, int(200 * ms_per_token)), max_new_tokens=8)
-    request = resolve_request(document, types.Position(line=line, character=0), UTF16, settings)
+    request = resolve_request(document, types.Position(line=line, character=0), UTF16, settings, automatic=True)
     real = completer.postprocess
     lengths = []
 

@@ -11,7 +11,9 @@ that time (:func:`shorter_settings`): no snippets of other files, three quarters
 cursor and a quarter after. The budgets depend only on the time and the measured cost, not on the
 request, so the short prompts of consecutive keys share their cache as whole ones do.
 
-A cut prompt whose answer is empty is not shown: the request is answered from the whole prompt instead.
+Only automatic requests (typing) are cut: a completion the user asked for is answered from the whole
+prompt (a held-out function's first request, cut, wrote code that did not parse). A cut prompt whose
+answer is empty is not shown: the request is answered from the whole prompt instead.
 One such answer per cold spell: once a request of the document was answered from a cut prompt, the
 requests after it are given the whole prompt again (:class:`lsp_server.model.draft_sources.DraftSources`
 ``answered_cut``, cleared by an answer from a whole prompt), which they compute piece by piece (a
@@ -46,7 +48,7 @@ def shorter_settings(backend: GenerationBackend, request: CompletionRequest, pro
     (the whole prompt of the request) would take longer to compute; ``None`` where it fits, the limit is
     off, or the backend cannot estimate (a remote engine)."""
     settings = request.settings
-    if not settings.cold_prompt_ms:
+    if not settings.cold_prompt_ms or not request.automatic:  # a completion asked for waits for the whole prompt
         return None
     cost = backend.prompt_cost(prompt.prompt_ids, request.uri)
     if cost is None:
