@@ -220,6 +220,19 @@ async def test_in_a_document_answered_from_a_cut_prompt_each_change_schedules_th
     worker.shutdown()
 
 
+async def test_closing_a_cold_document_drops_its_mark_and_its_pending_whole_prompt():
+    cut = lambda request: replace(_completion(request, "pass"), cut_from=900)  # noqa: E731
+    worker, session, _, pipeline, completions = setup({"complete": cut})
+    await completions.complete("inlineCompletion", URI, END)
+    await until(lambda: URI in pipeline.work_ahead._whole_for)  # planned once the answer is written
+    assert URI in pipeline.work_ahead.cold
+    completions.forget(URI)
+    assert URI not in pipeline.work_ahead.cold and URI not in pipeline.work_ahead._whole_for
+    await asyncio.sleep(3 * IDLE_S)
+    assert "prefill_prompt" not in names(session)  # the pending start went with the document
+    worker.shutdown()
+
+
 async def test_the_whole_prompt_does_not_wait_for_an_idle_thread_and_the_bursts_work_gives_way_to_it():
     stopped = []
     worker, session, store, pipeline, _ = setup({"prefill_rewrite": waits_for_stop(stopped)})

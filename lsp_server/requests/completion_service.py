@@ -130,5 +130,5 @@ class CompletionService:
     def forget(self, uri: str) -> None:
         """A document closed: forget its type-through answer and what was started for it."""
         self.type_through.forget(uri)
-        self.pipeline.work_ahead.cold.discard(uri)
+        self.pipeline.work_ahead.forget(uri)
         self.ahead.forget(uri)

@@ -234,6 +234,12 @@ class WorkAhead:
             return
         start(*args)
 
+    def forget(self, uri: str) -> None:
+        """A document closed: drop its pending starts, its cold mark and its whole-prompt request."""
+        self.drop_pending(uri)
+        self.cold.discard(uri)
+        self._whole_for.pop(uri, None)
+
     def drop_pending(self, uri: str, method: str | None = None) -> None:
         """Cancel the pending starts of ``uri`` (one method, or all); the work in flight is the pipeline's to
         cancel (:meth:`lsp_server.requests.pipeline.RequestPipeline.cancel_document`, which calls this)."""
