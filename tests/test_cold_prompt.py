@@ -99,7 +99,9 @@ def test_a_cold_request_is_answered_exactly_from_a_short_prompt_and_the_whole_on
     assert off.generation.stats.prefill_computed >= first.cut_from - 2
 
 
-def test_a_cut_prompt_with_nothing_to_show_is_answered_from_the_whole_prompt(engine, monkeypatch):
+def test_a_cut_prompt_with_nothing_to_show_answers_at_once_and_the_next_key_is_cut_again(engine, monkeypatch):
+    """An empty answer from a cut prompt is not the cold spell's one quick answer: answering it from the whole
+    prompt instead held the first answer after opening a file for seconds (each key superseded it)."""
     from lsp_server.model import completer
 
     backend = as_backend(engine)
@@ -110,13 +112,21 @@ def test_a_cut_prompt_with_nothing_to_show_is_answered_from_the_whole_prompt(eng
     settings = Settings(cold_prompt_ms=max(1, int(200 * ms_per_token)), max_new_tokens=8)
     request = resolve_request(document, types.Position(line=line, character=0), UTF16, settings, automatic=True)
     real = completer.postprocess
-    lengths = []
+    lengths, empty = [], [True]
 
-    def empty_when_short(text, prompt, *args, **kwargs):  # the short prompt's answer shows nothing
+    def empty_when_short(text, prompt, *args, **kwargs):  # the first short prompt's answer shows nothing
         lengths.append(len(prompt.prompt_ids))
-        return "" if len(prompt.prompt_ids) <= 220 else real(text, prompt, *args, **kwargs)
+        return "" if empty[0] and len(prompt.prompt_ids) <= 220 else real(text, prompt, *args, **kwargs)
 
     monkeypatch.setattr(completer, "postprocess", empty_when_short)
-    answer = ModelSession(backend).complete(request)
-    assert lengths[0] <= 220 < lengths[-1] and len(lengths) == 2  # cut, then the whole prompt
-    assert answer.cut_from == 0 and len(answer.prompt.prompt_ids) == lengths[-1]
+    session = ModelSession(backend)
+    fresh = lambda: replace(request, cancelled=type(request.cancelled)())  # noqa: E731
+    first = session.complete(request)
+    assert first.insert_text == "" and first.cut_from > 0 and lengths == [lengths[0]] and lengths[0] <= 220
+    assert document.uri not in session.sources.answered_cut  # nothing shown: the spell's cut is still to come
+    empty[0] = False
+    second = session.complete(fresh())
+    assert second.cut_from == first.cut_from and lengths[1] == lengths[0]  # cut again, the same short prompt
+    assert second.insert_text.strip() and document.uri in session.sources.answered_cut
+    third = session.complete(fresh())
+    assert third.cut_from == 0 and lengths[2] == first.cut_from  # after a shown cut answer: the whole prompt

@@ -18,9 +18,9 @@ pytestmark = pytest.mark.model
 STARTER = EngineConfig(model="starter", draft_model="starter-draft", device="cpu", dtype="float32")
 
 
-def measured(monkeypatch, target_ms: float, draft_ms: float) -> None:
+def measured(monkeypatch, target_ms: float, draft_ms: float, target_tail_ms: float = 0.0) -> None:
     monkeypatch.setattr(auto, "measured_costs",
-                        lambda target, draft: auto.StepCosts(target_ms, draft_ms, "test"))
+                        lambda target, draft: auto.StepCosts(target_ms, draft_ms, "test", target_tail_ms))
 
 
 def test_draft_writes_completions_with_the_same_weights_and_the_pair_writes_next_edits():
@@ -54,6 +54,19 @@ def test_auto_chooses_the_draft_model_only_where_a_target_step_is_too_slow(monke
     pair = (backends[ROLE_NEXT_EDIT] if by_draft else backends).engine
     uses, reason = auto.draft_model_completes(pair.target, pair.draft)
     assert uses is by_draft and f"{target_ms:.1f} ms" in reason
+
+
+@pytest.mark.parametrize(("target_tail_ms", "by_draft"), [(302.3, True), (151.0, True), (140.0, False), (20.0, False)])
+def test_auto_gives_completions_to_the_draft_model_where_a_target_steps_fast_but_its_tail_pass_is_slow(
+        monkeypatch, target_tail_ms, by_draft):
+    """llama.cpp's 1.5B here: one token 44.2 ms, 16 tokens 302.3 ms; writing completions it answered no key of a
+    139-key stretch after opening a file (``speclsp bench lsp --first-answer``)."""
+    measured(monkeypatch, 44.2, 23.2, target_tail_ms)
+    backends = load_backend(BackendConfig(engine=STARTER, completion_model="auto"))
+    assert isinstance(backends, dict) is by_draft
+    pair = (backends[ROLE_NEXT_EDIT] if by_draft else backends).engine
+    uses, reason = auto.draft_model_completes(pair.target, pair.draft)
+    assert uses is by_draft and f"{target_tail_ms:.1f} ms" in reason
 
 
 def test_target_keeps_one_backend_and_draft_without_a_draft_model_falls_back_to_the_target(monkeypatch):

@@ -17,9 +17,10 @@
   ``auto`` drafts from n-grams there; the draft model (and the ``tree`` drafter) are the GPU-side
   techniques, named by their settings until a GPU measurement decides.
 * ``completionModel: auto`` (:func:`draft_model_completes`): the draft model writes inline completions
-  (next edits stay with the target) where a target step costs more than :data:`COMPLETION_STEP_MS`.
+  (next edits stay with the target) where a target step costs more than :data:`COMPLETION_STEP_MS` or
+  a target pass of :data:`TAIL_TOKENS` tokens (a typed tail's prefill) more than :data:`COMPLETION_TAIL_MS`.
 
-Measured: the one-token step of each model (:func:`decoding.choices.pass_costs.pass_costs`). All figures
+Measured: the one-token step and the 16-token pass of each model (:func:`decoding.choices.pass_costs.pass_costs`). All figures
 come from the one cache file of measured figures, or the pin that stands in for it
 (:mod:`decoding.choices.figures`); each choice logs one line saying what it chose and the figures that
 decided it. The figures behind these defaults: docs/decisions.md.
@@ -47,6 +48,11 @@ MAX_DRAFT_COST = 0.2  # the draft model's step over the target's at most this (o
 #: arriving after the typist's next key is thrown away, and an answer takes a short prefill and a few
 #: passes: about three passes must fit in the gap between a steady typist's keys.
 COMPLETION_STEP_MS = 50.0
+#: A target pass of TAIL_TOKENS tokens slower than this (ms): the draft model writes inline completions. Each
+#: request first computes its typed tail (tens of tokens); that pass must fit in a steady typist's shortest
+#: gap between keys (150 ms). llama.cpp's one-token step can be fast while its passes grow with each token.
+COMPLETION_TAIL_MS = 150.0
+TAIL_TOKENS = 16
 
 
 def _decided(setting: str, model: str, reason: str) -> None:
@@ -119,11 +125,14 @@ def _known_bounds(key: str, shapes: set[tuple[int, int]]) -> dict[tuple[int, int
 
 @dataclass(frozen=True)
 class StepCosts:
-    """Milliseconds of one one-token pass of each model (the fastest round), and what they were measured on."""
+    """Milliseconds of one one-token pass of each model (the fastest round), of a :data:`TAIL_TOKENS`-token
+    pass of each (0: not measured), and what they were measured on."""
 
     target_ms: float
     draft_ms: float
     key: str
+    target_tail_ms: float = 0.0
+    draft_tail_ms: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -132,9 +141,12 @@ class StepCosts:
 
 
 def measured_costs(target, draft) -> StepCosts:
-    """The one-token step costs of ``target`` and ``draft`` (:func:`decoding.choices.pass_costs.pass_costs`)."""
+    """The one-token step and :data:`TAIL_TOKENS`-token pass costs of ``target`` and ``draft``
+    (:func:`decoding.choices.pass_costs.pass_costs`)."""
     key = f"{cost_key(target.name, target.model)} / {draft.name}"
-    return StepCosts(pass_costs(target)[1], pass_costs(draft)[1], key)
+    target_costs, draft_costs = pass_costs(target), pass_costs(draft)
+    return StepCosts(target_costs[1], draft_costs[1], key, target_costs.get(TAIL_TOKENS, 0.0),
+                     draft_costs.get(TAIL_TOKENS, 0.0))
 
 
 def draft_model_pays(target, draft) -> tuple[bool, str]:
@@ -159,15 +171,18 @@ def draft_model_pays(target, draft) -> tuple[bool, str]:
 
 def draft_model_completes(target, draft) -> tuple[bool, str]:
     """Whether the draft model, not the target, writes inline completions (``completionModel: auto``),
-    and why; the choice is logged. Where one target pass costs more than :data:`COMPLETION_STEP_MS` (and
-    the draft's step is cheaper), the smaller model, drafting from n-grams, serves a typist more
-    suggestions in time (``speclsp bench lsp --typist``)."""
+    and why; the choice is logged. Where one target step costs more than :data:`COMPLETION_STEP_MS` or
+    a :data:`TAIL_TOKENS`-token target pass more than :data:`COMPLETION_TAIL_MS` (and the draft's step is
+    cheaper), the smaller model, drafting from n-grams, serves a typist more suggestions in time
+    (``speclsp bench lsp --typist``, ``--first-answer``)."""
     costs = measured_costs(target, draft)
-    uses = costs.target_ms > COMPLETION_STEP_MS and costs.draft_ms < costs.target_ms
+    slow = costs.target_ms > COMPLETION_STEP_MS or costs.target_tail_ms > COMPLETION_TAIL_MS
+    uses = slow and costs.draft_ms < costs.target_ms
     who = (f"{draft.name} writes inline completions with n-gram drafts, {target.name} next edits" if uses
            else f"{target.name} writes inline completions")
-    reason = (f"{who}: a {target.name} step costs {costs.target_ms:.1f} ms here ({draft.name}: "
-              f"{costs.draft_ms:.1f} ms); the target writes them where its step is at most "
-              f"{COMPLETION_STEP_MS:.0f} ms")
+    reason = (f"{who}: a {target.name} step costs {costs.target_ms:.1f} ms here and a {TAIL_TOKENS}-token pass "
+              f"{costs.target_tail_ms:.1f} ms ({draft.name}: {costs.draft_ms:.1f} and {costs.draft_tail_ms:.1f} ms); "
+              f"the target writes them where its step is at most {COMPLETION_STEP_MS:.0f} ms and that pass at most "
+              f"{COMPLETION_TAIL_MS:.0f} ms")
     _decided("completionModel", target.name, reason)
     return uses, reason

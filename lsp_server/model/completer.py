@@ -148,17 +148,17 @@ def complete(
     generation = backend.generate(prompt, config, settings.drafter, request.cancelled.is_set, cache_key=document.uri)
     if backend.keeps_sources:
         sources.remember_output(document.uri, prompt.prompt_ids, generation.token_ids)
-    if not cut_from:
-        sources.answered_cut.discard(document.uri)
-    elif generation.finish_reason != FinishReason.CANCELLED:
-        sources.answered_cut.add(document.uri)  # one quick answer; the next requests compute the whole prompt
     if anchor is not None and generation.token_ids:
         written = backend.tokenizer.decode(generation.token_ids, skip_special_tokens=True)
         sources.anchors.keep(document.uri, KeptTail(prompt.tail_ids, prompt.tail_text, written))
     t2 = time.perf_counter()
     insert_text = postprocess(generation.text, prompt, mode, document.language_id, generation.finish_reason, window)
-    if cut_from and not insert_text.strip() and not request.cancelled.is_set():
-        return complete(backend, request, other_documents, repo, sources, seed)  # nothing to show: the whole prompt
+    if not cut_from:
+        sources.answered_cut.discard(document.uri)
+    elif generation.finish_reason != FinishReason.CANCELLED and insert_text.strip():
+        # One quick answer shown; the next requests compute the whole prompt. An empty one shows nothing, so
+        # the next key's request is cut again rather than wait for the whole prompt.
+        sources.answered_cut.add(document.uri)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
     return Completion(insert_text, prompt, generation, mode, ms, config, backend.describe().target, cut_from)
 
