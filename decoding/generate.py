@@ -43,6 +43,7 @@ from decoding.types import (
     FINISH_CANCELLED,
     FINISH_LENGTH,
     FINISH_STOP,
+    MIN_PARTIAL_CHARS,
     FinishReason,
     Generation,
     GenerationConfig,
@@ -120,6 +121,13 @@ class _Output:
             return True
         return False
 
+    def partial_due(self) -> bool:
+        """Whether ``config.answer_by`` has passed and the text holds enough to answer as it stands."""
+        answer_by = self.config.answer_by
+        if answer_by is None or time.perf_counter() < answer_by:
+            return False
+        return len(self.final_text().strip()) >= MIN_PARTIAL_CHARS
+
     def final_text(self) -> str:
         """The output text: the committed tokens decoded at once (stop tokens dropped), less the
         required prefix (empty when it was not covered: cancelled or cut by length first), cut before
@@ -131,6 +139,8 @@ class _Output:
             text = text[len(required):] if text.startswith(required) else ""
         cut = self._stop_cut(text) if self.config.stop_strings else None
         text = text if cut is None else text[:cut]
+        if self.finish_reason in (None, FinishReason.PARTIAL):
+            text = text.rstrip("\ufffd")  # a character whose bytes the next tokens would complete
         if self.finish_reason == FinishReason.TIME and self._line_end_from is not None:
             line_end = text.find("\n", max(0, self._line_end_from - len(required)))
             text = text if line_end < 0 else text[: line_end + 1]
@@ -257,6 +267,9 @@ class SpeculativeGenerator:
         while run.output.finish_reason is None:
             if should_stop is not None and should_stop():
                 run.output.finish_reason = FINISH_CANCELLED
+                break
+            if run.output.partial_due():
+                run.output.finish_reason = FinishReason.PARTIAL
                 break
             budget = run.draft_budget()
             draft = self._draft(run, drafter, budget)

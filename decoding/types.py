@@ -26,6 +26,7 @@ from decoding.stats import GenerationStats
 DEFAULT_MAX_DRAFT_TOKENS = 32
 DEFAULT_MAX_REGION_DRAFT_TOKENS = 256  # see GenerationConfig.max_region_draft_tokens
 DEFAULT_PREFILL_CHUNK_TOKENS = 128  # see GenerationConfig.prefill_chunk_tokens and Engine.prefill
+MIN_PARTIAL_CHARS = 4  # see GenerationConfig.answer_by
 # A next-edit rewrite's prompt (about 1,000 tokens): a CPU computes pieces of 256 faster per token than
 # pieces of 128, and a superseded rewrite stops within one (docs/decisions.md#prefill-chunk)
 REWRITE_PREFILL_CHUNK_TOKENS = 256
@@ -83,6 +84,7 @@ class FinishReason(StrEnum):
     LENGTH = "length"  # max_new_tokens reached
     CANCELLED = "cancelled"  # should_stop() turned true between rounds
     TIME = "time"  # the deadline passed, and the output ended at the next line end (whole lines)
+    PARTIAL = "partial"  # answer_by passed: the output ended as it stood, before a verify round
 
 
 FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED = FinishReason.STOP, FinishReason.LENGTH, FinishReason.CANCELLED
@@ -113,6 +115,11 @@ class GenerationConfig:
     #: An answer in time: once ``time.perf_counter()`` passes this (seconds), the output ends at its next
     #: line break, which it keeps (finish reason ``time``). ``None``: no deadline. Local engine only.
     deadline: float | None = None
+    #: An answer as it stands: once ``time.perf_counter()`` passes this (seconds), the output ends before the
+    #: next verify round where its text holds at least :data:`MIN_PARTIAL_CHARS` non-space characters past
+    #: the required prefix (finish reason ``partial``; else it goes on and asks again a round later).
+    #: ``None``: none. Local engine only.
+    answer_by: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

@@ -201,3 +201,26 @@ def _raises(fn) -> str | None:
     except Exception as exc:  # noqa: BLE001 - the type is the result
         return type(exc).__name__
     return None
+
+
+def test_while_typing_a_line_an_answer_by_its_time_is_a_prefix_of_the_whole_answer(engine):
+    """``completion.answerByMs``: an automatic request for the rest of a line past its time answers as it stands,
+    a prefix of what the whole generation writes; a requested completion and a new line's are never cut."""
+    text = "def scale(values, factor):\n    result = [v * factor for v in values]\n    return resu\n"
+    document = Document("file:///partial.py", text, 1, "python")
+    position = types.Position(line=2, character=15)  # inside "resu": the rest of a line
+    settings = Settings(answer_by_ms=1, max_new_tokens=24, time_budget_ms=0)
+
+    def answer(automatic: bool, at: types.Position = position, doc: Document = document):
+        engine.reset_caches()
+        request = resolve_request(doc, at, UTF16, settings, automatic=automatic)
+        return complete(as_backend(engine), request, sources=DraftSources())
+
+    whole, partial = answer(automatic=False), answer(automatic=True)
+    assert whole.generation.finish_reason != "partial" and len(whole.generation.text.strip()) > 4
+    assert partial.generation.finish_reason == "partial" and partial.config.answer_by is not None
+    assert whole.generation.token_ids[: len(partial.generation.token_ids)] == partial.generation.token_ids
+    assert whole.generation.text.startswith(partial.generation.text)
+    blank = Document("file:///partial.py", text + "\n", 1, "python")
+    new_line = answer(automatic=True, at=types.Position(line=4, character=0), doc=blank)
+    assert new_line.mode.multi_line and new_line.config.answer_by is None

@@ -10,6 +10,7 @@ verify row only, not along the draft) is shown to fail the sampled test.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -245,6 +246,26 @@ def test_a_passed_deadline_ends_the_output_at_its_next_line_end(target_model, ki
     assert timed.finish_reason == "time"
     assert timed.text == free.text[: free.text.index("\n") + 1]
     assert timed.token_ids == free.token_ids[: len(timed.token_ids)]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("kind", ["plain", "ngram", "self"])
+def test_a_passed_answer_by_ends_the_output_as_it_stands_once_it_holds_enough(target_model, kind):
+    """``answer_by``: the answer before the next key is a prefix of the whole answer (exactness), ended at a
+    round's end once it holds MIN_PARTIAL_CHARS characters; without enough text it goes on."""
+    from decoding.types import MIN_PARTIAL_CHARS
+
+    prompt = [0, 5, 6, 0, 5, 6, 0, 5, 6, 0, 5]
+    generator = SpeculativeGenerator(target_model, LinesTokenizer())
+    config = GenerationConfig(max_new_tokens=40, max_draft_tokens=4, stop_token_ids=frozenset(), stop_strings=("zz",))
+    free = generator.generate(prompt, None, config)
+    drafter = {"plain": None, "ngram": NgramDrafter(), "self": ModelDrafter(target_model, VOCAB)}[kind]
+    partial = generator.generate(prompt, drafter, replace(config, answer_by=0.0))
+    assert partial.finish_reason == "partial"
+    assert len(partial.text.strip()) >= MIN_PARTIAL_CHARS and len(partial.token_ids) < len(free.token_ids)
+    assert free.text.startswith(partial.text) and partial.token_ids == free.token_ids[: len(partial.token_ids)]
+    later = generator.generate(prompt, drafter, replace(config, answer_by=time.perf_counter() + 3600))
+    assert later.token_ids == free.token_ids and later.finish_reason != "partial"  # not passed: the whole answer
 
 
 @pytest.mark.unit

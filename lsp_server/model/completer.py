@@ -144,7 +144,9 @@ def complete(
     t1 = time.perf_counter()
     config = replace(settings.generation_config(mode.multi_line, backend, seed), required_prefix=prompt.healed,
                      deadline=request.received + settings.time_budget_ms / 1000
-                     if settings.time_budget_ms and constrained else None)
+                     if settings.time_budget_ms and constrained else None,
+                     answer_by=request.received + settings.answer_by_ms / 1000
+                     if settings.answer_by_ms and constrained and request.automatic and not mode.multi_line else None)
     generation = backend.generate(prompt, config, settings.drafter, request.cancelled.is_set, cache_key=document.uri)
     if backend.keeps_sources:
         sources.remember_output(document.uri, prompt.prompt_ids, generation.token_ids)

@@ -144,6 +144,11 @@ class Settings:
         "costs measured at load), the answer comes from a shorter prompt of the lines around the cursor that fits, "
         "and the whole prompt is computed in the background while the model is idle, for the requests after it "
         "(0 = always the whole prompt). Local engine only; exactness is unaffected.", minimum=0, maximum=600000)
+    answer_by_ms: int = _setting(
+        "completion", 100, "An answer before the next key: while the user types (automatic requests for the rest "
+        "of a line), a completion still being written this many milliseconds after it started (at the keystroke, "
+        "or at the request) is answered as it stands once it holds 4 characters; the next key's request goes on "
+        "from it (0 = off). Local engine only; exactness is unaffected.", minimum=0, maximum=600000)
     token_healing: bool = _setting(
         "completion", True, "Token healing: the prompt backs off its last token before the cursor and the "
         "completion must start with that text (a cursor inside a word or after indentation meets the tokens the "
