@@ -137,16 +137,11 @@ def complete(
         cut_from = len(prompt.prompt_ids)
         prompt, related, anchor = prepare_prompt(backend, replace(request, settings=short), other_documents, repo,
                                                  sources)
-    constrained = backend.constrains_output
     window = syntax_window(prompt.prefix, prompt.suffix)  # once: for the mode and for trimming
     mode = decide_mode(prompt.prefix, prompt.line_suffix, document.language_id, head=window[0])
     sources.sync(backend, request, prompt, other_documents, related)
     t1 = time.perf_counter()
-    config = replace(settings.generation_config(mode.multi_line, backend, seed), required_prefix=prompt.healed,
-                     deadline=request.received + settings.time_budget_ms / 1000
-                     if settings.time_budget_ms and constrained else None,
-                     answer_by=request.received + settings.answer_by_ms / 1000
-                     if settings.answer_by_ms and constrained and request.automatic and not mode.multi_line else None)
+    config = _generation_config(backend, request, prompt, mode, seed)
     generation = backend.generate(prompt, config, settings.drafter, request.cancelled.is_set, cache_key=document.uri)
     if backend.keeps_sources:
         sources.remember_output(document.uri, prompt.prompt_ids, generation.token_ids)
@@ -241,6 +236,18 @@ def rewrite(backend: GenerationBackend, request: CompletionRequest, history=(), 
         edits = minimal_edits(document.text[start:end], text, start)
     ms = {"context": 1000 * (t1 - t0), "engine": 1000 * (t2 - t1), "postprocess": 1000 * (time.perf_counter() - t2)}
     return Rewrite(prompt, generation, text, edits, ms, start, end, withheld)
+
+
+def _generation_config(backend: GenerationBackend, request: CompletionRequest, prompt, mode, seed) -> GenerationConfig:
+    """The settings' generation config for ``request``: its healing constraint, the time budget's deadline, and
+    (typing the rest of a line) the time it answers by as it stands (``completion.answerByMs``)."""
+    settings, constrained = request.settings, backend.constrains_output
+    typing_a_line = request.automatic and not mode.multi_line
+    return replace(settings.generation_config(mode.multi_line, backend, seed), required_prefix=prompt.healed,
+                   deadline=request.received + settings.time_budget_ms / 1000
+                   if settings.time_budget_ms and constrained else None,
+                   answer_by=request.received + settings.answer_by_ms / 1000
+                   if settings.answer_by_ms and constrained and typing_a_line else None)
 
 
 def prefill_rewrite(backend: GenerationBackend, request: CompletionRequest, history=(),
