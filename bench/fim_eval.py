@@ -89,6 +89,9 @@ def print_table(result: dict) -> None:
           f"{result['sample']}; CPU kind: {result['cpu_kind']}")
     print(f"served by {result['served'].get('model') or '-'} ({result['served'].get('load_message') or 'not run'}); "
           f"raw: {result.get('raw_model') or 'not run'}")
+    for line in result["served"].get("choices", []):  # the server's own line saying who writes completions
+        if "completionModel" in line:
+            print("server: " + line[line.index("completionModel"):])
     print("language | " + " | ".join(f"published {model}" for model in models)
           + " | raw model, Qwen's prompt and scorer | served | served empty | served empty, raw not "
             "| served mean latency ms")
