@@ -8,6 +8,7 @@ from bench import (
     cuts,
     decode,
     edits,
+    fim_eval,
     first_answer,
     keystrokes,
     lsp,
@@ -19,8 +20,8 @@ from bench import (
 
 
 def add_parser(commands) -> None:
-    """Register ``speclsp bench cuts|lsp|decode|edits|scale-out|peers|prompt-gate|step-cost|agreement`` on the
-    CLI's argparse subparsers object."""
+    """Register ``speclsp bench cuts|lsp|decode|edits|scale-out|peers|prompt-gate|step-cost|agreement|fim-eval``
+    on the CLI's argparse subparsers object."""
     bench = commands.add_parser("bench", help="measurements on this machine")
     kinds = bench.add_subparsers(dest="bench", required=True)
     cuts.add_parser(kinds)
@@ -34,3 +35,4 @@ def add_parser(commands) -> None:
     prompt_gate.add_parser(kinds)
     step_cost_grid.add_parser(kinds)
     agreement.add_parser(kinds)
+    fim_eval.add_parser(kinds)
