@@ -101,7 +101,7 @@ def test_a_cold_request_is_answered_exactly_from_a_short_prompt_and_the_whole_on
 
 def test_a_cut_prompt_with_nothing_to_show_answers_at_once_and_the_next_key_is_cut_again(engine, monkeypatch):
     """An empty answer from a cut prompt is not the cold spell's one quick answer: answering it from the whole
-    prompt instead held the first answer after opening a file for seconds (each key superseded it)."""
+    prompt instead makes the request wait for the whole prompt, which a typist's next key supersedes."""
     from lsp_server.model import completer
 
     backend = as_backend(engine)

@@ -14,8 +14,7 @@ request, so the short prompts of consecutive keys share their cache as whole one
 Only automatic requests (typing) are cut: a completion the user asked for is answered from the whole
 prompt (a held-out function's first request, cut, wrote code that did not parse). A cut prompt whose
 answer is empty shows nothing at once, and the next key's request is cut again (answering it from the
-whole prompt instead had held the first answer after opening a file for 12-21 s: every key superseded
-the whole prompt's computation).
+whole prompt instead makes that request wait seconds for the whole prompt, which the next key supersedes).
 One shown answer per cold spell: once a request of the document was answered from a cut prompt, the
 requests after it are given the whole prompt again (:class:`lsp_server.model.draft_sources.DraftSources`
 ``answered_cut``, cleared by an answer from a whole prompt), which they compute piece by piece (a
