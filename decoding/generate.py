@@ -113,12 +113,24 @@ class _Output:
             if deadline is not None:
                 if self._line_end_from is None and time.perf_counter() >= deadline:
                     self._line_end_from = max(before, self._required)
-                if self._line_end_from is not None and "\n" in self.text[max(before, self._line_end_from):]:
+                if self._line_end_from is not None and self._past_a_written_line(before):
                     self.finish_reason = FinishReason.TIME
                     return True
         if len(self.token_ids) >= self.config.max_new_tokens:
             self.finish_reason = FINISH_LENGTH
             return True
+        return False
+
+    def _past_a_written_line(self, before: int) -> bool:
+        """Past the deadline: whether the text now holds a line end after some written text (a blank first
+        line does not end the output: an answer of nothing but a line break shows nothing); moves
+        ``_line_end_from`` past blank lines so :meth:`final_text` cuts at the right line end."""
+        start = max(before, self._line_end_from)
+        while (end := self.text.find("\n", start)) >= 0:
+            if self.text[self._required:end].strip():
+                self._line_end_from = start
+                return True
+            start = self._line_end_from = end + 1
         return False
 
     def partial_due(self) -> bool:

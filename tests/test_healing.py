@@ -248,6 +248,18 @@ def test_a_passed_deadline_ends_the_output_at_its_next_line_end(target_model, ki
     assert timed.token_ids == free.token_ids[: len(timed.token_ids)]
 
 
+@pytest.mark.unit
+def test_a_passed_deadline_does_not_end_the_output_at_a_blank_first_line():
+    """An answer past its time whose first line is blank goes on to the end of its first written line
+    (ending at the blank line answered a line break alone: nothing to show; issue 52's empty FIM answers)."""
+    from decoding.generate import _Output
+
+    config = GenerationConfig(max_new_tokens=40, stop_token_ids=frozenset(), stop_strings=("zz",), deadline=0.0)
+    output = _Output(LinesTokenizer(), config, frozenset())
+    assert [output.commit(token) for token in (19, 19, 5, 6, 19)] == [False, False, False, False, True]
+    assert output.finish_reason == "time" and output.final_text() == "\n\n" + token_text(5) + token_text(6) + "\n"
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("kind", ["plain", "ngram", "self"])
 def test_a_passed_answer_by_ends_the_output_as_it_stands_once_it_holds_enough(target_model, kind):
