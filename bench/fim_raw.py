@@ -16,7 +16,11 @@ prompt is ``utils.prepare_prompt``), followed here:
 Where this differs: Qwen decodes the cut contexts and vLLM encodes the whole prompt string again; here
 the ids go in as cut. The two agree wherever no cut happens, and none does on these tasks (the longest
 holds 2,806 characters, far under 1,472 tokens); a cut that split a word could tokenize differently.
-Generation is our engine's plain decoding (drafter ``none``, :meth:`decoding.engine.Engine.generate`).
+Generation is our engine's plain decoding (drafter ``none``, :meth:`decoding.engine.Engine.generate`),
+in pieces of :data:`PIECE_TOKENS` tokens, each continuing the last from the same KV cache (the cache keeps
+the committed tokens but the last, which the next piece feeds as plain decoding would: the same passes as
+one run). It stops once the scored line is complete (:func:`line_complete`): later tokens cannot change
+it, so the score is the 64-token run's, and the row's ``answer`` is the output up to there.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ import time
 from dataclasses import replace
 
 from bench.fim_tasks import FimTask, qwen_line
-from decoding.types import GenerationConfig
+from decoding.types import FINISH_LENGTH, GenerationConfig
 from lsp_server.settings import Settings
 
 LEFT_TOKENS = 2048 - 64 - 512  # Qwen's max_seq_length - gen_length - right_context_length
 RIGHT_TOKENS = 512
 NEW_TOKENS = 64
+PIECE_TOKENS = 8  # tokens per generate call; the scored line is checked between calls
 
 
 def psm_prompt_ids(tokenizer, fim, left: str, right: str) -> list[int]:
@@ -64,7 +69,8 @@ def load_raw_engine(model: str, settings: Settings):
 
 
 def raw_row(task: FimTask, output: str, latency_ms: float, prompt_tokens: int, new_tokens: int) -> dict:
-    """One task's row of the raw path (``output``: the model's text, special tokens left out)."""
+    """One task's row of the raw path (``output``: the model's text up to where it stopped, special tokens
+    left out; ``latency_ms``: its generation, prompt included)."""
     written = qwen_line(output)
     return {"name": task.name, "language": task.language, "path": "raw", "expected": task.expected,
             "first_line": written, "match": written == task.expected, "empty": not written,
@@ -72,16 +78,36 @@ def raw_row(task: FimTask, output: str, latency_ms: float, prompt_tokens: int, n
             "new_tokens": new_tokens}
 
 
+def line_complete(output: str) -> bool:
+    """Whether the line :func:`bench.fim_tasks.qwen_line` scores is complete in ``output``: a line break
+    follows it (the second line break where the output starts with ``"\n"`` or ``" \n"``)."""
+    return output.count("\n") >= (2 if output.startswith(("\n", " \n")) else 1)
+
+
+def greedy_until_line(engine, prompt_ids: list[int]) -> tuple[str, list[int]]:
+    """(the output text, special tokens left out; the new token ids) of greedy plain decoding after ``prompt_ids``:
+    at most :data:`NEW_TOKENS`, ending at the model's end-of-sequence ids or once :func:`line_complete`
+    (see the module docstring)."""
+    new_ids: list[int] = []
+    text = ""
+    while len(new_ids) < NEW_TOKENS:
+        config = GenerationConfig(max_new_tokens=min(PIECE_TOKENS, NEW_TOKENS - len(new_ids)))  # stop ids: EOS
+        generation = engine.generate(prompt_ids + new_ids, config, mode="none", cache_key="fim-eval")
+        new_ids += generation.token_ids
+        text = engine.tokenizer.decode(new_ids, skip_special_tokens=True)
+        if generation.finish_reason != FINISH_LENGTH or line_complete(text):
+            break
+    return text, new_ids
+
+
 def run_raw(engine, tasks: list[FimTask]) -> list[dict]:
     """One row per task, in order: greedy plain decoding of Qwen's PSM prompt (see the module docstring)."""
-    config = GenerationConfig(max_new_tokens=NEW_TOKENS)  # stop ids None: the model's end-of-sequence ids
     rows = []
     for number, task in enumerate(tasks, 1):
         prompt_ids = psm_prompt_ids(engine.tokenizer, engine.target.capabilities.fim, task.prompt, task.suffix)
         started = time.perf_counter()
-        generation = engine.generate(prompt_ids, config, mode="none", cache_key="fim-eval")
-        rows.append(raw_row(task, generation.text, 1000 * (time.perf_counter() - started), len(prompt_ids),
-                            generation.stats.new_tokens))
+        output, new_ids = greedy_until_line(engine, prompt_ids)
+        rows.append(raw_row(task, output, 1000 * (time.perf_counter() - started), len(prompt_ids), len(new_ids)))
         print(f"[raw {number}/{len(tasks)}] {task.key}: {rows[-1]['first_line']!r} ({rows[-1]['latency_ms']:.0f} ms)",
               file=sys.stderr)
     return rows

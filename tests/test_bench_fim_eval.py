@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.fim_eval import _tasks, summarize
-from bench.fim_raw import LEFT_TOKENS, RIGHT_TOKENS, psm_prompt_ids
+from bench.fim_raw import LEFT_TOKENS, RIGHT_TOKENS, greedy_until_line, line_complete, psm_prompt_ids
 from bench.fim_tasks import FimTask, qwen_line, read_tasks, sample_tasks, served_line, wilson
 from tests.conftest import STARTER_FLAGS
 
@@ -117,6 +117,35 @@ def test_qwens_psm_prompt_cuts_the_left_to_its_last_1472_tokens_and_the_right_to
     assert ids == [fim.prefix, *left_ids[-1472:], fim.suffix, *right_ids[:512], fim.middle]
     short = psm_prompt_ids(tokenizer, fim, "def f(x):", "    return y\n")
     assert tokenizer.decode(short) == "<|fim_prefix|>def f(x):<|fim_suffix|>    return y\n<|fim_middle|>"
+
+
+@pytest.mark.unit
+def test_the_scored_line_is_complete_once_a_line_break_follows_it():
+    assert not line_complete("    return x") and line_complete("    return x\n")
+    assert not line_complete("\n    return x") and line_complete("\n    return x\n    }")
+    assert not line_complete(" \nreturn x") and line_complete(" \nreturn x\n")
+    assert line_complete("  \nreturn x")  # two spaces: Qwen scores the first line, already complete
+    assert not line_complete("") and not line_complete("\n")
+
+
+@pytest.mark.model
+def test_the_raw_path_stops_at_the_scored_line_with_the_64_token_runs_tokens():
+    from bench.fim_raw import NEW_TOKENS, load_raw_engine
+    from decoding.types import GenerationConfig
+    from lsp_server.settings import Settings
+
+    engine = load_raw_engine("starter", Settings())
+    stopped_early = 0
+    for task in read_tasks(SAMPLE):
+        prompt_ids = psm_prompt_ids(engine.tokenizer, engine.target.capabilities.fim, task.prompt, task.suffix)
+        whole = engine.generate(prompt_ids, GenerationConfig(max_new_tokens=NEW_TOKENS), mode="none", cache_key="whole")
+        text, new_ids = greedy_until_line(engine, prompt_ids)
+        assert new_ids and new_ids == whole.token_ids[:len(new_ids)]  # the pieces continue as one run does
+        assert text == engine.tokenizer.decode(new_ids, skip_special_tokens=True)
+        assert qwen_line(text) == qwen_line(whole.text)
+        assert line_complete(text) or new_ids == whole.token_ids  # stopped early only where the line is complete
+        stopped_early += len(new_ids) < len(whole.token_ids)
+    assert stopped_early  # some outputs go on past their scored line: those stop early
 
 
 def _row(path: str, language: str, name: str, match: bool, empty: bool, line: str = "x") -> dict:
