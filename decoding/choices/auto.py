@@ -50,7 +50,8 @@ MAX_DRAFT_COST = 0.2  # the draft model's step over the target's at most this (o
 COMPLETION_STEP_MS = 50.0
 #: A target pass of TAIL_TOKENS tokens slower than this (ms): the draft model writes inline completions. Each
 #: request first computes its typed tail (tens of tokens); that pass must fit in a steady typist's shortest
-#: gap between keys (150 ms). llama.cpp's one-token step can be fast while its passes grow with each token.
+#: gap between keys. An engine's one-token step can be fast while its passes grow with each token
+#: (docs/decisions.md#completion-model-auto).
 COMPLETION_TAIL_MS = 150.0
 TAIL_TOKENS = 16
 
