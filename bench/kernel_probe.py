@@ -35,12 +35,16 @@ PROBE_TIMEOUT_S = 120
 
 #: ATen's capabilities on x86, lowest first (``torch.backends.cpu.get_cpu_capability()``, upper case).
 ATEN_ORDER = ("DEFAULT", "AVX2", "AVX512")
-#: Per kind: words in oneDNN's ISA line or an implementation's name, and in MKL's code path, that
-#: mean an instruction set above the kind (case-insensitive).
+#: Per kind: words in oneDNN's ISA line, in the instruction set an implementation names (the text after
+#: its ``:``, e.g. ``brg_matmul:avx512_core_amx``; a data type there, as in ``gemm:jit:bf16``, the bfloat16
+#: product oneDNN emulates below ``avx512_core_bf16``, names none) and in MKL's code path, that mean an
+#: instruction set above the kind (case-insensitive).
 ABOVE = {
     "avx2": {"onednn": ("avx-512", "avx512", "amx", "dl boost", "avx2_vnni", "avx10"),
+             "implementation": ("avx512", "amx", "avx2_vnni", "avx10"),
              "mkl": ("avx-512", "avx512", "amx", "advanced matrix")},
     "avx512-vnni": {"onednn": ("bfloat16", "bf16", "float16", "fp16", "amx", "avx10"),
+                    "implementation": ("avx512_core_bf16", "avx512_core_fp16", "amx", "avx10"),
                     "mkl": ("bfloat16", "bf16", "float16", "amx", "advanced matrix")},
 }
 
@@ -110,9 +114,11 @@ def above_kind(kind: str, aten_cap: str, reading: dict) -> list[str]:
         found.append(f"ATen runs {seen} kernels, above the kind's {aten_cap.upper()}")
     words = ABOVE[kind]
     onednn = reading.get("onednn") or {}
-    names = [onednn.get("isa") or ""] + [name for names in onednn.get("ran", {}).values() for name in names]
-    for name in names:
-        if any(word in name.lower() for word in words["onednn"]):
+    isa = onednn.get("isa") or ""
+    if any(word in isa.lower() for word in words["onednn"]):
+        found.append(f"oneDNN runs {isa!r}, above the kind")
+    for name in (name for names in onednn.get("ran", {}).values() for name in names):
+        if any(word in name.lower().partition(":")[2] for word in words["implementation"]):
             found.append(f"oneDNN runs {name!r}, above the kind")
     mkl = reading.get("mkl") or ""
     if any(word in mkl.lower() for word in words["mkl"]):

@@ -163,6 +163,36 @@ def test_the_libraries_logs_are_read_for_the_isa_that_ran():
     assert len(above_kind("avx2", "avx2", amx)) == 3  # ATen AVX512, the AMX matmul, MKL's AVX-512
 
 
+# Real readings (bench.kernel_probe, torch 2.13.0+cpu) on an Intel Xeon with AMX, oneDNN's ISA line and the
+# bfloat16 matmul it ran: as it is, capped at AVX512_CORE_BF16, capped at AVX512_CORE_VNNI (the Ice Lake kind:
+# oneDNN's emulated bfloat16 gemm, whose name holds the data type, not an instruction set).
+XEON_READINGS = {
+    "native": ("Intel AVX10.1 and Intel AMX with bfloat16 and 8-bit integer support", "matmul brg_matmul:avx10_1_512_amx"),
+    "AVX512_CORE_BF16": ("Intel AVX-512 with Intel DL Boost and bfloat16 support", "matmul brg_matmul:avx512_core_bf16"),
+    "AVX512_CORE_VNNI": ("Intel AVX-512 with Intel DL Boost", "matmul gemm:jit:bf16"),
+}
+
+
+@pytest.mark.parametrize("cap, above", [("native", True), ("AVX512_CORE_BF16", True), ("AVX512_CORE_VNNI", False)])
+def test_an_implementation_is_judged_by_the_instruction_set_it_names_not_its_data_type(cap, above):
+    isa, matmul = XEON_READINGS[cap]
+    reading = {"aten_capability": "AVX512", "mkl": None,
+               "onednn": {"isa": isa, "ran": {"bf16": [matmul], "f32": ["convolution jit:avx512_core"]}}}
+    found = above_kind("avx512-vnni", "avx512", reading)
+    assert len(found) == (2 if above else 0), found  # the ISA line and the implementation
+    assert len(above_kind("avx2", "avx2", reading)) >= 3  # ATen AVX512, the ISA line, the AVX-512 convolution
+    if above:
+        assert isa in found[0] and matmul in found[1]
+
+
+def test_a_child_with_the_avx512_vnni_caps_runs_no_bfloat16_instructions():
+    if AVX512_VNNI.missing_flags(native_cpu_flags()):
+        pytest.skip("this CPU cannot run the avx512-vnni kind")
+    reading = probe(cpu_kinds.kind_environment(AVX512_VNNI))
+    assert reading["aten_capability"] == "AVX512", reading
+    assert above_kind("avx512-vnni", "avx512", reading) == [], reading
+    assert above_kind("avx2", "avx2", reading)  # the same reading fails a lower kind
+
 def test_a_child_with_the_avx2_caps_runs_avx2_kernels():
     import torch
 
