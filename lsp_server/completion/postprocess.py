@@ -8,9 +8,11 @@ The completion's mode (single- or multi-line) is decided before generation, in
 * multi-line: cut at the end of the enclosing block (the first line indented less than the block, or
   at top level the next definition after a blank line); a closing line of a brace block is kept only
   if the document does not already close that block (tree-sitter decides); trailing lines that repeat
-  the lines already below the cursor are dropped (docs/cases.md L6); lines that add syntax errors at the end
-  are dropped (tree-sitter: the longest run of lines with the fewest errors in the window), as are a
-  last line cut off by the token limit and a last line that opens a block without its body.
+  the lines already below the cursor are dropped unless the completion needs them (its own ``}``;
+  docs/cases.md L6); lines that add syntax errors at the end are dropped (tree-sitter: the longest run of
+  lines with the fewest errors in the window), as are a last line cut off by the token limit and a last
+  line that opens a block without its body (not one whose body the document below holds). A completion
+  that starts with a line break keeps its first written line: never trimmed to the line break alone.
 
 All text here is model text: ``\\n`` line breaks, ``str`` offsets in code points.
 """
@@ -54,13 +56,38 @@ def trim(text: str, ctx: TrimContext) -> str:
     if ctx.finish_reason == FinishReason.LENGTH and len(lines) > 1:
         lines = lines[:-1]  # the token limit cut the last line
     parser = parser_for(ctx.language_id)
+    trimmer = TailTrimmer(parser, *ctx.syntax_window) if parser is not None else None
     lines = _cut_at_block_end(lines, ctx, parser)
-    lines = _drop_repeated_lines_below(lines, ctx.suffix)
-    if parser is not None:
-        lines = _drop_lines_adding_errors(lines, ctx, parser)
-    while len(lines) > 1 and lines[-1].rstrip().endswith((":", "{")):
-        lines = lines[:-1]  # a header whose block the completion never wrote
-    return "\n".join(lines).rstrip()
+    lines = _drop_repeated_lines_below(lines, ctx.suffix, trimmer)
+    if trimmer is not None:
+        lines = _drop_lines_adding_errors(lines, trimmer)
+    return "\n".join(_drop_trailing_header(lines, trimmer)).rstrip()
+
+
+def _first_written(lines: list[str]) -> int:
+    """How many lines a multi-line completion keeps at least: up to its first written (non-blank) line,
+    so that a completion that starts with a line break is never trimmed to that line break alone."""
+    return next((index + 1 for index, line in enumerate(lines) if line.strip()), len(lines))
+
+
+def _adds_no_errors(trimmer: TailTrimmer | None, shorter: list[str], lines: list[str]) -> bool:
+    """Whether the completion ``shorter`` (a prefix of ``lines``) has no more syntax errors in the window
+    than ``lines``; True without a grammar."""
+    if trimmer is None:
+        return True
+    whole = trimmer.error_count("\n".join(lines))
+    return trimmer.error_count("\n".join(shorter)) <= whole
+
+
+def _drop_trailing_header(lines: list[str], trimmer: TailTrimmer | None) -> list[str]:
+    """Drop a last line that opens a block (``:``, ``{``) the completion never wrote, unless the document
+    after the cursor holds that block (dropping the header then leaves the suffix's body or closer
+    without it: more syntax errors)."""
+    while len(lines) > _first_written(lines) and lines[-1].rstrip().endswith((":", "{")):
+        if not _adds_no_errors(trimmer, lines[:-1], lines):
+            break
+        lines = lines[:-1]
+    return lines
 
 
 def _dedupe_line_suffix(completion: str, line_suffix: str) -> str:
@@ -119,23 +146,31 @@ def _closer_needed(kept: list[str], closer_line: str, ctx: TrimContext, parser) 
     return error_count(parser, head + with_closer + tail) < error_count(parser, head + without + tail)
 
 
-def _drop_repeated_lines_below(lines: list[str], suffix: str) -> list[str]:
-    """Drop trailing lines equal (stripped) to the first non-blank lines below the cursor (docs/cases.md L6)."""
+def _drop_repeated_lines_below(lines: list[str], suffix: str, trimmer: TailTrimmer | None) -> list[str]:
+    """Drop trailing lines equal (stripped, blank lines aside) to the first non-blank lines below the
+    cursor (docs/cases.md L6), the longest such run whose drop adds no syntax errors where it holds a
+    closing line: a ``}`` that closes a block the completion opened stays, though the line below the
+    cursor is a ``}`` too."""
     below = [line.strip() for line in suffix.split("\n")[1:] if line.strip()][: len(lines)]
-    for size in range(min(len(below), len(lines) - 1), 0, -1):
-        tail = [line.strip() for line in lines[-size:]]
-        if tail == below[:size]:
-            return lines[:-size]
+    for cut in range(_first_written(lines), len(lines)):
+        tail = [line.strip() for line in lines[cut:] if line.strip()]
+        if not lines[cut].strip() or tail != below[: len(tail)]:
+            continue
+        kept = lines[:cut]
+        while not kept[-1].strip():
+            kept = kept[:-1]  # blank lines before the repeated ones go with them
+        closes = any(line[:1] in ")]}" for line in tail)  # may close what the completion opened
+        if not closes or _adds_no_errors(trimmer, kept, lines):
+            return kept
     return lines
 
 
-def _drop_lines_adding_errors(lines: list[str], ctx: TrimContext, parser) -> list[str]:
-    """The longest prefix of ``lines`` (whole lines, at least one) with the fewest syntax errors in the
-    window around the cursor: trailing lines that open what they never close, or break what follows,
-    go. At most ``_MAX_SYNTAX_TRIMS`` parses (the longest candidates)."""
-    trimmer = TailTrimmer(parser, *ctx.syntax_window)
+def _drop_lines_adding_errors(lines: list[str], trimmer: TailTrimmer) -> list[str]:
+    """The longest prefix of ``lines`` (whole lines, up to the first written one at least) with the fewest
+    syntax errors in the window around the cursor: trailing lines that open what they never close, or
+    break what follows, go. At most ``_MAX_SYNTAX_TRIMS`` parses (the longest candidates)."""
     best_count, best_size = None, len(lines)
-    for size in range(len(lines), max(0, len(lines) - _MAX_SYNTAX_TRIMS), -1):
+    for size in range(len(lines), max(_first_written(lines) - 1, len(lines) - _MAX_SYNTAX_TRIMS), -1):
         if size < len(lines) and not lines[size - 1].strip():
             continue
         count = trimmer.error_count("\n".join(lines[:size]))
