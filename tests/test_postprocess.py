@@ -295,3 +295,23 @@ def test_a_last_header_whose_body_is_below_the_cursor_is_kept(language, prefix, 
     mode, result = run(prefix, suffix, text, language, automatic=False)
     assert mode.multi_line and result == expected
     assert error_count(parser_for(language), prefix + result + suffix) == 0
+
+
+@pytest.mark.parametrize("language,prefix,line_suffix,text,expected", [
+    ("javascript", "function f() {\n  console.log(", ")", '"hi");', '"hi"'),
+    ("java", "class A {\n  void f() {\n    System.out.println(", ")", '"hi");', '"hi"'),
+    ("typescript", "const a: number[] = [", "]", "1, 2];", "1, 2"),
+    ("rust", "fn f() {\n    let v = vec![", "]", "1, 2];", "1, 2"),
+    ("go", "func f() {\n\tfmt.Println(", ")", '"hi", g(1)) // say', '"hi", g(1)'),
+    ("cpp", "int f() {\n  return g(h(", "))", "x));", "x"),
+    ("javascript", "const o = {", "}", " a: 1 };", " a: 1 "),
+    ("javascript", 'const s = "', '"', 'abc";', "abc"),
+])
+def test_a_closer_right_of_the_cursor_is_not_written_again(language, prefix, line_suffix, text, expected):
+    """The editor closed the bracket or string (``console.log(|)``); the model writes its closer and the
+    statement's end (``"hi");``): the completion ends where it closes what the cursor is in, as the
+    document's own closer follows (it gave ``console.log("hi");)``)."""
+    mode, result = run(prefix, line_suffix + "\n}\n", text, language)
+    assert not mode.multi_line and result == expected
+    # a quote right of the cursor that opens a string, not one the cursor is in: the completion stays
+    assert run("print(", '"hello")\n', '"a, " + ', "python")[1] == '"a, " +'

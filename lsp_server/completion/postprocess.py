@@ -27,6 +27,8 @@ from lsp_server.completion.mode import Mode
 from lsp_server.workspace.syntax import INDENT_BLOCK_LANGUAGES, TailTrimmer, error_count, indent_width, parser_for, syntax_window
 
 _CLOSERS = set(")]}>:;,.\"'`")
+_BRACKET_CLOSERS = ")]}"
+_QUOTES = "\"'`"
 _MAX_SYNTAX_TRIMS = 16  # parses per completion at most, for the error-based trimming
 
 
@@ -51,7 +53,8 @@ def trim(text: str, ctx: TrimContext) -> str:
     """The part of the model's ``text`` worth inserting (see the module docstring)."""
     line_suffix = ctx.suffix.split("\n", 1)[0]
     if not ctx.mode.multi_line:
-        return _dedupe_line_suffix(text.split("\n", 1)[0].rstrip(), line_suffix)
+        line_prefix = ctx.prefix[ctx.prefix.rfind("\n") + 1:]
+        return _dedupe_line_suffix(text.split("\n", 1)[0].rstrip(), line_suffix, line_prefix)
     lines = text.rstrip().split("\n")
     if ctx.finish_reason == FinishReason.LENGTH and len(lines) > 1:
         lines = lines[:-1]  # the token limit cut the last line
@@ -90,8 +93,10 @@ def _drop_trailing_header(lines: list[str], trimmer: TailTrimmer | None) -> list
     return lines
 
 
-def _dedupe_line_suffix(completion: str, line_suffix: str) -> str:
-    """Drop a tail of ``completion`` that the text right of the cursor already holds (docs/cases.md L6)."""
+def _dedupe_line_suffix(completion: str, line_suffix: str, line_prefix: str = "") -> str:
+    """Drop a tail of ``completion`` that the text right of the cursor already holds (docs/cases.md L6);
+    where it closes the bracket or string the cursor is in, whose closer is right of the cursor (the
+    editor closed it), it ends there: its closer and what follows would come twice."""
     right = line_suffix.rstrip()
     if not right or not completion:
         return completion
@@ -101,7 +106,48 @@ def _dedupe_line_suffix(completion: str, line_suffix: str) -> str:
         head = right[:size]
         if head.strip() and all(ch in _CLOSERS or ch.isspace() for ch in head) and completion.endswith(head):
             return completion[:-size]
+    closer = right.lstrip()[:1]
+    if closer in _BRACKET_CLOSERS or (closer in _QUOTES and _inside_string(line_prefix, closer)):
+        end = _closing_point(completion, closer)
+        if end is not None:  # the document's own closer ends the bracket or string from here
+            return completion[:end]
     return completion
+
+
+def _closing_point(completion: str, closer: str) -> int | None:
+    """Where ``completion`` closes the bracket or string the cursor is in, with ``closer`` (the first
+    character right of the cursor: the editor's auto-closed ``)``, ``]``, ``}`` or quote): the index of its
+    first closer that matches nothing it opened itself (strings it opened skipped); ``None`` where it
+    never closes it or closes another kind. ``console.log(|)`` and ``"hi");`` give 4: ``"hi"``, not
+    ``"hi");)``."""
+    if closer in _QUOTES:
+        return next((i for i, ch in enumerate(completion) if ch == closer and not _escaped(completion, i)), None)
+    depth, quote = 0, None
+    for index, ch in enumerate(completion):
+        if quote is not None:
+            if ch == quote and not _escaped(completion, index):
+                quote = None
+        elif ch in _QUOTES:
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in _BRACKET_CLOSERS:
+            if depth == 0:
+                return index if ch == closer else None
+            depth -= 1
+    return None
+
+
+def _inside_string(line_prefix: str, quote: str) -> bool:
+    """Whether the cursor, after ``line_prefix``, is inside a string delimited by ``quote`` opened on its line
+    (an odd count of unescaped ``quote``s before it)."""
+    return sum(1 for i, ch in enumerate(line_prefix) if ch == quote and not _escaped(line_prefix, i)) % 2 == 1
+
+
+def _escaped(text: str, index: int) -> bool:
+    """Whether ``text[index]`` follows an odd number of backslashes."""
+    slashes = len(text[:index]) - len(text[:index].rstrip("\\"))
+    return slashes % 2 == 1
 
 
 def _cut_at_block_end(lines: list[str], ctx: TrimContext, parser) -> list[str]:
