@@ -315,3 +315,32 @@ def test_a_closer_right_of_the_cursor_is_not_written_again(language, prefix, lin
     assert not mode.multi_line and result == expected
     # a quote right of the cursor that opens a string, not one the cursor is in: the completion stays
     assert run("print(", '"hello")\n', '"a, " + ', "python")[1] == '"a, " +'
+
+
+# JSX/TSX ------------------------------------------------------------------------------------------
+
+_COMPONENT = "export function A() {\n  return (\n    <div>\n      <ul>\n"
+
+
+@pytest.mark.parametrize("language", ["javascriptreact", "typescriptreact", "javascript"])
+def test_a_jsx_closing_tag_the_document_lacks_is_kept(language):
+    """A closing tag is a closing line, like ``}``: kept where the document does not close the element itself,
+    dropped where it does (only ``)]}`` counted, so the completion's ``</ul>`` went and left ``<ul>`` open)."""
+    suffix = "\n    </div>\n  );\n}\n"
+    text = "        <li>a</li>\n        <li>b</li>\n      </ul>\n    </div>\n  );\n}"
+    mode, result = run(_COMPONENT, suffix, text, language)
+    assert mode.multi_line and result == "        <li>a</li>\n        <li>b</li>\n      </ul>"
+    assert error_count(parser_for(language), _COMPONENT + result + suffix) == 0
+    closed = "\n      </ul>\n    </div>\n  );\n}\n"  # the document closes <ul>: the completion's </ul> goes
+    assert run(_COMPONENT, closed, text, language)[1] == "        <li>a</li>\n        <li>b</li>"
+
+
+@pytest.mark.parametrize("language", ["javascriptreact", "typescriptreact", "javascript"])
+def test_after_an_opening_jsx_tag_the_completion_is_multi_line(language):
+    """The end of a line that opens a JSX element (``<ul>``) is a block header, as ``{`` is: the children
+    are several lines (as the end of an ordinary line, the answer was its first line: nothing)."""
+    prefix, suffix = "export function A({ items }) {\n  return (\n    <ul className=\"list\">", "\n    </ul>\n  );\n}\n"
+    mode, result = run(prefix, suffix, "\n      <li>a</li>\n      <li>b</li>\n    </ul>\n  );\n}", language)
+    assert mode.multi_line and mode.reason == "after a block header"
+    assert result == "\n      <li>a</li>\n      <li>b</li>"
+    assert not run("const b = a >", "\n", "\n  c;", language)[0].multi_line  # a comparison is no tag

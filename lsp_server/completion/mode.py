@@ -5,9 +5,9 @@
   user is indenting; an explicitly invoked request still completes.
 * :func:`decide_mode` (on the model thread, with the prompt's prefix): code right of the cursor:
   the current line only; an empty or blank line, or a cursor right after a block header (the last
-  code token before the cursor is ``:`` in Python or ``{`` in brace languages, comments skipped,
-  found with tree-sitter where there is a grammar): a multi-line completion; otherwise the current
-  line only.
+  code token before the cursor is ``:`` in Python or ``{`` in brace languages, or the ``>`` of an
+  opening JSX/TSX tag, comments skipped, found with tree-sitter where there is a grammar): a
+  multi-line completion; otherwise the current line only.
 
 All text here is model text: ``\\n`` line breaks.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lsp_server.workspace.syntax import INDENT_BLOCK_LANGUAGES, last_token_before, parser_for, syntax_window
+from lsp_server.workspace.syntax import INDENT_BLOCK_LANGUAGES, last_token_and_parent, parser_for, syntax_window
 
 
 @dataclass(frozen=True)
@@ -54,4 +54,6 @@ def _after_block_header(prefix: str, language_id: str, head: str | None) -> bool
         return prefix.rstrip().endswith((":", "{"))
     if head is None:
         head, _ = syntax_window(prefix, "")  # the head does not depend on the suffix
-    return last_token_before(parser, head, len(head)) == opener
+    token = last_token_and_parent(parser, head, len(head))
+    # an opening JSX/TSX tag (``<ul>``) opens a block of children as ``{`` opens one of statements
+    return token is not None and (token[0] == opener or token == (">", "jsx_opening_element"))

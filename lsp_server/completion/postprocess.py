@@ -170,7 +170,7 @@ def _cut_at_block_end(lines: list[str], ctx: TrimContext, parser) -> list[str]:
         width = indent_width(line)
         if width < block_min:
             closer = line.strip()
-            if not indent_blocks and closer[:1] in ")]}" and _closer_needed(kept, line, ctx, parser):
+            if not indent_blocks and _closing_line(closer) and _closer_needed(kept, line, ctx, parser):
                 kept.append(line)
             break
         if top_level and seen_code and width == 0 and not kept[-1].strip():
@@ -180,6 +180,12 @@ def _cut_at_block_end(lines: list[str], ctx: TrimContext, parser) -> list[str]:
     while len(kept) > 1 and not kept[-1].strip():
         kept.pop()
     return kept
+
+
+def _closing_line(stripped: str) -> bool:
+    """Whether a line (stripped) closes something: a bracket (``}``, ``)``, ``]``) or a JSX/TSX element
+    (``</div>``, the ``/>`` of a tag written over several lines)."""
+    return stripped[:1] in _BRACKET_CLOSERS or stripped.startswith(("</", "/>"))
 
 
 def _closer_needed(kept: list[str], closer_line: str, ctx: TrimContext, parser) -> bool:
@@ -205,7 +211,7 @@ def _drop_repeated_lines_below(lines: list[str], suffix: str, trimmer: TailTrimm
         kept = lines[:cut]
         while not kept[-1].strip():
             kept = kept[:-1]  # blank lines before the repeated ones go with them
-        closes = any(line[:1] in ")]}" for line in tail)  # may close what the completion opened
+        closes = any(_closing_line(line) for line in tail)  # may close what the completion opened
         if not closes or _adds_no_errors(trimmer, kept, lines):
             return kept
     return lines
