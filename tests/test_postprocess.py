@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.completion.mode import decide_mode, suppresses_automatic
+from lsp_server.completion.mode import BETWEEN_BRACES, decide_mode, suppresses_automatic
 from lsp_server.completion.postprocess import TrimContext, trim
 from lsp_server.workspace.syntax import error_count, parser_for, supported_languages
 from lsp_server.requests.type_through import TypeThroughCache
@@ -312,7 +312,8 @@ def test_a_closer_right_of_the_cursor_is_not_written_again(language, prefix, lin
     statement's end (``"hi");``): the completion ends where it closes what the cursor is in, as the
     document's own closer follows (it gave ``console.log("hi");)``)."""
     mode, result = run(prefix, line_suffix + "\n}\n", text, language)
-    assert not mode.multi_line and result == expected
+    assert result == expected
+    assert not mode.multi_line or mode.reason == BETWEEN_BRACES  # an object's {|}: the line's rest, as here
     # a quote right of the cursor that opens a string, not one the cursor is in: the completion stays
     assert run("print(", '"hello")\n', '"a, " + ', "python")[1] == '"a, " +'
 
@@ -344,3 +345,28 @@ def test_after_an_opening_jsx_tag_the_completion_is_multi_line(language):
     assert mode.multi_line and mode.reason == "after a block header"
     assert result == "\n      <li>a</li>\n      <li>b</li>"
     assert not run("const b = a >", "\n", "\n  c;", language)[0].multi_line  # a comparison is no tag
+
+
+# A brace pair the editor closed -------------------------------------------------------------------
+
+@pytest.mark.parametrize("language,prefix,line_suffix,text,expected", [
+    ("javascript", "function f(a) {", "}", "\n  return a + 1;\n", "\n  return a + 1;\n"),
+    ("typescript", "useEffect(() => {", "});", "\n  document.title = n;\n", "\n  document.title = n;\n"),
+    ("java", "class A {\n  int f(int a) {", "}", "\n    return a;\n  }", "\n    return a;\n  "),
+    ("go", "func f(a int) int {", "}", "\n\treturn a\n", "\n\treturn a\n"),
+    ("rust", "fn f(a: i32) -> i32 {", "}", "\n    a + 1\n", "\n    a + 1\n"),
+    ("c", "int f(int a) {", "}", "\n    return a;\n}\n\nint g(void) {", "\n    return a;\n"),
+    ("cpp", "struct A {", "};", "\n  int x;\n", "\n  int x;\n"),
+])
+def test_in_a_brace_pair_the_editor_closed_the_completion_is_the_blocks_body(language, prefix, line_suffix, text,
+                                                                              expected):
+    """``f() {|}`` (the editor closed the ``{`` as it was typed): code right of the cursor made it a single
+    line, which stopped at the model's first line break: nothing. The body is the answer, and its end puts
+    the ``}`` onto a line of its own at the header's indentation."""
+    suffix = line_suffix + ("\n}\n" if language == "java" else "\n")
+    mode, result = run(prefix, suffix, text, language)
+    assert mode.multi_line and result == expected
+    assert error_count(parser_for(language), prefix + result + suffix) == 0
+    # the model writes on the cursor's line (an object literal): the line's rest, as a single line
+    assert run("const o = {", "};\n", " a: 1 };\nf(o);", "javascript")[1] == " a: 1"
+    assert not run("d = {", "}\n", "'a': 1}", "python")[0].multi_line  # Python: a dict, not a block

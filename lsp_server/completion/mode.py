@@ -4,7 +4,9 @@
   the cursor in a line's leading whitespace and code to its right gets no suggestion, because the
   user is indenting; an explicitly invoked request still completes.
 * :func:`decide_mode` (on the model thread, with the prompt's prefix): code right of the cursor:
-  the current line only; an empty or blank line, or a cursor right after a block header (the last
+  the current line only, but for a brace pair the editor closed (``if (x) {|}``, only closers right of
+  the cursor, after a block header): a block's body, or the line's rest where the model writes one; an
+  empty or blank line, or a cursor right after a block header (the last
   code token before the cursor is ``:`` in Python or ``{`` in brace languages, or the ``>`` of an
   opening JSX/TSX tag, comments skipped, found with tree-sitter where there is a grammar): a
   multi-line completion; otherwise the current line only.
@@ -17,6 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lsp_server.workspace.syntax import INDENT_BLOCK_LANGUAGES, last_token_and_parent, parser_for, syntax_window
+
+
+BETWEEN_BRACES = "between a block's braces"  # Mode.reason of a cursor in a brace pair the editor closed
+_CLOSING_REST = frozenset(")]};, \t")  # what a brace pair's line may hold right of the cursor
 
 
 @dataclass(frozen=True)
@@ -39,12 +45,23 @@ def decide_mode(prefix: str, line_suffix: str, language_id: str, head: str | Non
     cursor's syntax window (:func:`lsp_server.workspace.syntax.syntax_window`) when the caller has it."""
     line_prefix = prefix[prefix.rfind("\n") + 1:]
     if line_suffix.strip():
+        if _in_brace_pair(prefix, line_suffix, language_id, head):
+            return Mode(True, reason=BETWEEN_BRACES)
         return Mode(False, reason="code right of the cursor")
     if not line_prefix.strip():
         return Mode(True, reason="blank line")
     if _after_block_header(prefix, language_id, head):
         return Mode(True, reason="after a block header")
     return Mode(False, reason="end of a line")
+
+
+def _in_brace_pair(prefix: str, line_suffix: str, language_id: str, head: str | None) -> bool:
+    """Whether the cursor is in a brace pair the editor closed as the user typed ``{`` (``f() {|}``,
+    ``=> {|});``): after a block header, only closers right of the cursor, a ``}`` first. A single-line
+    answer stopped at the model's first line break there: nothing."""
+    rest = line_suffix.strip()
+    return (language_id not in INDENT_BLOCK_LANGUAGES and rest.startswith("}") and set(rest) <= _CLOSING_REST
+            and _after_block_header(prefix, language_id, head))
 
 
 def _after_block_header(prefix: str, language_id: str, head: str | None) -> bool:
