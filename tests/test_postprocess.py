@@ -370,3 +370,25 @@ def test_in_a_brace_pair_the_editor_closed_the_completion_is_the_blocks_body(lan
     # the model writes on the cursor's line (an object literal): the line's rest, as a single line
     assert run("const o = {", "};\n", " a: 1 };\nf(o);", "javascript")[1] == " a: 1"
     assert not run("d = {", "}\n", "'a': 1}", "python")[0].multi_line  # Python: a dict, not a block
+
+
+@pytest.mark.parametrize("language,prefix,suffix,text,expected", [
+    ("javascript", "function f(a) {\n  if (a) {\n    x();\n", "\n}\n", "    y();\n  } else {\n    z();\n  }\n}",
+     "    y();\n  } else {\n    z();\n  }"),
+    ("javascript", "function f(a) {\n  if (a) {\n    x();\n", "", "    y();\n  } else {\n    z();\n  }\n}",
+     "    y();\n  } else {\n    z();\n  }"),
+    ("java", "class A {\n  void f() {\n    try {\n      x();\n", "\n  }\n}\n",
+     "      y();\n    } catch (Exception e) {\n      z();\n    }\n  }", "      y();\n    } catch (Exception e) {\n      z();\n    }"),
+    ("go", "func f() {\n\tif a {\n\t\tx()\n", "\n}\n", "\t\ty()\n\t} else {\n\t\tz()\n\t}\n}", "\t\ty()\n\t} else {\n\t\tz()\n\t}"),
+    # the document closes the if itself: the completion ends before its `} else {`, as before
+    ("javascript", "function f(a) {\n  if (a) {\n    x();\n", "\n  }\n}\n", "    y();\n  } else {\n    z();\n  }\n}",
+     "    y();"),
+])
+def test_a_closing_line_that_opens_the_next_block_keeps_that_block(language, prefix, suffix, text, expected):
+    """``} else {`` closes a block and opens the next: whether the document needs it is whether it needs the
+    ``}`` (judged with the whole line, it closed one block and opened one: "not needed", the ``else`` and
+    its body went; or, kept, the block ended there and the ``else`` had the document's ``}`` as its own)."""
+    mode, result = run(prefix, suffix, text, language, automatic=False)
+    assert mode.multi_line and result == expected
+    unclosed = 0 if suffix else 1  # at the end of the file the function's own } is still to come
+    assert error_count(parser_for(language), prefix + result + suffix) == unclosed

@@ -182,9 +182,15 @@ def _cut_at_block_end(lines: list[str], ctx: TrimContext, parser) -> list[str]:
         width = indent_width(line)
         if width < block_min:
             closer = line.strip()
-            if not indent_blocks and _closing_line(closer) and _closer_needed(kept, line, ctx, parser):
-                kept.append(line)
-            break
+            if indent_blocks or not _closing_line(closer):
+                break
+            reopens = closer.endswith(("{", "(", "["))  # ``} else {``: the block ends and the next one starts
+            if not _closer_needed(kept, _closing_part(line) if reopens else line, ctx, parser):
+                break
+            kept.append(line)
+            if not reopens:
+                break
+            continue  # the next block's lines are as deep as this one's
         if top_level and seen_code and width == 0 and not kept[-1].strip():
             break  # a new top-level definition after a blank line
         kept.append(line)
@@ -198,6 +204,13 @@ def _closing_line(stripped: str) -> bool:
     """Whether a line (stripped) closes something: a bracket (``}``, ``)``, ``]``) or a JSX/TSX element
     (``</div>``, the ``/>`` of a tag written over several lines)."""
     return stripped[:1] in _BRACKET_CLOSERS or stripped.startswith(("</", "/>"))
+
+
+def _closing_part(line: str) -> str:
+    """A closing line's indentation and leading closers: ``  }`` of ``  } else {``, ``  })`` of ``  }).then(() => {``."""
+    body = line.lstrip()
+    closers = len(body) - len(body.lstrip(_BRACKET_CLOSERS))
+    return line[: len(line) - len(body) + closers]
 
 
 def _closer_needed(kept: list[str], closer_line: str, ctx: TrimContext, parser) -> bool:
