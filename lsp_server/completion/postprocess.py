@@ -158,7 +158,9 @@ def _inside_string(line_prefix: str, quote: str) -> bool:
 
 def _escaped(text: str, index: int) -> bool:
     """Whether ``text[index]`` follows an odd number of backslashes."""
-    slashes = len(text[:index]) - len(text[:index].rstrip("\\"))
+    slashes = 0
+    while slashes < index and text[index - slashes - 1] == "\\":
+        slashes += 1
     return slashes % 2 == 1
 
 
