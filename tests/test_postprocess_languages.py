@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.completion.mode import BETWEEN_BRACES
+from lsp_server.completion.mode import IN_PAIR
 from lsp_server.workspace.syntax import error_count, parser_for
 from tests.test_postprocess import run
 
@@ -101,7 +101,7 @@ def test_a_closer_right_of_the_cursor_is_not_written_again(language, prefix, lin
     document's own closer follows (it gave ``console.log("hi");)``)."""
     mode, result = run(prefix, line_suffix + "\n}\n", text, language)
     assert result == expected
-    assert not mode.multi_line or mode.reason == BETWEEN_BRACES  # an object's {|}: the line's rest, as here
+    assert not mode.multi_line or mode.reason == IN_PAIR  # an object's {|}: the line's rest, as here
     # a quote right of the cursor that opens a string, not one the cursor is in: the completion stays
     assert run("print(", '"hello")\n', '"a, " + ', "python")[1] == '"a, " +'
 
@@ -134,6 +134,18 @@ def test_after_an_opening_jsx_tag_the_completion_is_multi_line(language):
     assert result == "\n      <li>a</li>\n      <li>b</li>"
     assert not run("const b = a >", "\n", "\n  c;", language)[0].multi_line  # a comparison is no tag
 
+
+
+@pytest.mark.parametrize("language", ["javascriptreact", "typescriptreact", "javascript"])
+def test_in_a_tag_pair_the_editor_closed_the_completion_is_the_children(language):
+    """``<ul>|</ul>`` (the editor closed the tag as it was typed): the children on lines of their own, the
+    closing tag moved onto its own line (as code right of the cursor it was one line, stopped at the model's
+    first line break: nothing); children written on the cursor's line stay a single line."""
+    prefix, suffix = "export function A() {\n  return (\n    <ul>", "</ul>\n  );\n}\n"
+    mode, result = run(prefix, suffix, "\n      <li>a</li>\n      <li>b</li>\n    ", language)
+    assert mode.multi_line and result == "\n      <li>a</li>\n      <li>b</li>\n    "
+    assert error_count(parser_for(language), prefix + result + suffix) == 0
+    assert run("export function A() {\n  return <p>", "</p>;\n}\n", "Hello</p>;", language)[1] == "Hello"
 
 # A brace pair the editor closed -------------------------------------------------------------------
 

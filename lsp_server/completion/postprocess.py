@@ -5,9 +5,9 @@ The completion's mode (single- or multi-line) is decided before generation, in
 
 * single line: cut at the line break; a tail that repeats the text right of the cursor is dropped
   (``def area(radius|):`` never gets ``):`` twice; ``{ ok:| }`` only the gap; docs/cases.md L6);
-* in a brace pair the editor closed (``f() {|}``): the line's rest as a single line where the model
-  writes on the cursor's line, else the block's body, trimmed as multi-line, with a line break and the
-  line's indentation after it (the ``}`` onto its own line);
+* in a pair the editor closed (``f() {|}``, ``<ul>|</ul>``): the line's rest as a single line where the
+  model writes on the cursor's line, else the block's body, trimmed as multi-line, with a line break and
+  the line's indentation after it (the closer onto its own line);
 * multi-line: cut at the end of the enclosing block (the first line indented less than the block, or
   at top level the next definition after a blank line); a closing line of a brace block is kept only
   if the document does not already close that block (tree-sitter decides); trailing lines that repeat
@@ -26,7 +26,7 @@ import functools
 from dataclasses import dataclass
 
 from decoding.types import FinishReason
-from lsp_server.completion.mode import BETWEEN_BRACES, Mode
+from lsp_server.completion.mode import IN_PAIR, Mode
 from lsp_server.workspace.syntax import INDENT_BLOCK_LANGUAGES, TailTrimmer, error_count, indent_width, parser_for, syntax_window
 
 _CLOSERS = set(")]}>:;,.\"'`")
@@ -56,11 +56,11 @@ def trim(text: str, ctx: TrimContext) -> str:
     """The part of the model's ``text`` worth inserting (see the module docstring)."""
     line_suffix = ctx.suffix.split("\n", 1)[0]
     line_prefix = ctx.prefix[ctx.prefix.rfind("\n") + 1:]
-    in_pair = ctx.mode.reason == BETWEEN_BRACES
+    in_pair = ctx.mode.reason == IN_PAIR
     if not ctx.mode.multi_line or (in_pair and text.split("\n", 1)[0].strip()):
         return _dedupe_line_suffix(text.split("\n", 1)[0].rstrip(), line_suffix, line_prefix)
     body = _trim_lines(text, ctx)
-    if in_pair and body.strip():  # the body of a brace pair: its closer goes onto a line of its own
+    if in_pair and body.strip():  # the body of a pair: its closer goes onto a line of its own
         return body + "\n" + line_prefix[: len(line_prefix) - len(line_prefix.lstrip())]
     return body
 
