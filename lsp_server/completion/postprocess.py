@@ -15,7 +15,8 @@ The completion's mode (single- or multi-line) is decided before generation, in
   docs/cases.md L6); lines that add syntax errors at the end are dropped (tree-sitter: the longest run of
   lines with the fewest errors in the window), as are a last line cut off by the token limit and a last
   line that opens a block without its body (not one whose body the document below holds). A completion
-  that starts with a line break keeps its first written line: never trimmed to the line break alone.
+  that starts with a line break keeps its first written line: never trimmed to the line break alone;
+  on a blank line it starts on that line (the line breaks before its first line dropped).
 
 All text here is model text: ``\\n`` line breaks, ``str`` offsets in code points.
 """
@@ -62,7 +63,21 @@ def trim(text: str, ctx: TrimContext) -> str:
     body = _trim_lines(text, ctx)
     if in_pair and body.strip():  # the body of a pair: its closer goes onto a line of its own
         return body + "\n" + line_prefix[: len(line_prefix) - len(line_prefix.lstrip())]
+    if not line_prefix.strip() and not line_suffix.strip():
+        return _start_on_blank_line(body, line_prefix)
     return body
+
+
+def _start_on_blank_line(body: str, line_prefix: str) -> str:
+    """A completion for a blank line starts on that line: the line breaks the model wrote before its first
+    line go (they left the cursor's line blank and put the code below it), and that line loses the
+    indentation already left of the cursor (``line_prefix``). Kept as written where the first line is
+    indented less than the cursor (an insertion cannot take indentation away)."""
+    lines = body.split("\n")
+    first = _first_written(lines) - 1
+    if first == 0 or not lines[first].startswith(line_prefix):
+        return body
+    return "\n".join([lines[first][len(line_prefix):], *lines[first + 1:]])
 
 
 def _trim_lines(text: str, ctx: TrimContext) -> str:
