@@ -1,7 +1,8 @@
 """Post-processing and mode decisions (lsp_server.completion.postprocess, .mode) per brace language (Java,
 JavaScript, TypeScript, JSX/TSX, C/C++, Rust, Go), on hand-written model outputs in the shapes of
 HumanEval-FIM tasks and of an editor that closes brackets as they are typed (issue 52): the closers a
-completion needs, the lines below it, a leading line break, closing tags, brace pairs."""
+completion needs, the lines below it, a leading line break, closing tags, brace pairs; and the prompt's
+path of an untitled buffer."""
 
 from __future__ import annotations
 
@@ -210,3 +211,18 @@ def test_a_closing_line_that_opens_the_next_block_keeps_that_block(language, pre
     assert mode.multi_line and result == expected
     unclosed = 0 if suffix else 1  # at the end of the file the function's own } is still to come
     assert error_count(parser_for(language), prefix + result + suffix) == unclosed
+
+
+# The prompt's path of an untitled buffer ----------------------------------------------------------
+
+@pytest.mark.parametrize("language,expected", [("typescript", "Untitled-1.ts"), ("typescriptreact", "Untitled-1.tsx"),
+                                               ("go", "Untitled-1.go"), ("rust", "Untitled-1.rs"),
+                                               ("plaintext", "Untitled-1")])
+def test_an_untitled_buffer_is_named_with_its_languages_extension(language, expected):
+    """The repository prompt names the current file (``<|file_sep|>`` path): ``untitled:Untitled-1`` told the
+    model nothing of the language of a new buffer, which has little text that does."""
+    from lsp_server.completion.related_files import label
+
+    assert label(None, "untitled:Untitled-1", language) == expected
+    assert label(None, "untitled:notes.ts", "typescript") == "notes.ts"  # a name with an extension keeps it
+    assert label(None, "file:///src/app/main", "typescript") == "main"  # a file's own name is its name
