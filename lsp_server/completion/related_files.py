@@ -113,10 +113,24 @@ def _path(uri: str) -> Path | None:
     return Path(path) if path else None
 
 
-def label(repo: RepoIndex | None, uri: str) -> str:
-    """A file's path as shown to the model: relative to its workspace folder when indexed, else its name."""
+#: The usual file extension of a language (LSP language id), for a buffer whose name has none.
+_EXTENSIONS = {"python": ".py", "javascript": ".js", "javascriptreact": ".jsx", "typescript": ".ts",
+               "typescriptreact": ".tsx", "go": ".go", "rust": ".rs", "java": ".java", "c": ".c", "cpp": ".cpp",
+               "csharp": ".cs", "kotlin": ".kt", "swift": ".swift", "ruby": ".rb", "php": ".php", "shellscript": ".sh"}
+
+
+def label(repo: RepoIndex | None, uri: str, language_id: str = "") -> str:
+    """A file's path as shown to the model: relative to its workspace folder when indexed, else its name.
+    An untitled buffer (``untitled:Untitled-1``) is named with its language's extension (``Untitled-1.ts``):
+    the path is what tells the model the language, and a new buffer has little text that does."""
     path = _path(uri)
-    return repo.relative(path) if repo is not None and path is not None else uri.rsplit("/", 1)[-1]
+    if repo is not None and path is not None:
+        return repo.relative(path)
+    name = uri.rsplit("/", 1)[-1]
+    if not uri.startswith("untitled:"):
+        return name
+    name = name.removeprefix("untitled:")
+    return name + _EXTENSIONS.get(language_id, "") if "." not in name else name
 
 
 def _query(text: str, offset: int) -> frozenset[str]:
@@ -141,7 +155,7 @@ def related_files(document: Document, offset: int, other_documents: list[Documen
     """(candidate files, snippets of at most ``snippet_chars`` characters; 0: none) for a cursor at
     ``offset`` (code points): the recent open buffers, then similar repository files."""
     query = _query(document.text, offset)
-    recent = [Candidate(d.uri, label(repo, d.uri), d.model_text, d.version)
+    recent = [Candidate(d.uri, label(repo, d.uri, d.language_id), d.model_text, d.version)
               for d in other_documents[:RECENT_BUFFERS] if len(d.text) <= MAX_SOURCE_CHARS]
     open_paths = {p for p in (_path(d.uri) for d in [document, *other_documents]) if p is not None}
     pool = candidates(recent, repo, query, open_paths)

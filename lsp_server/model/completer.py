@@ -89,7 +89,7 @@ def prepare_prompt(backend: GenerationBackend, request: CompletionRequest, other
     capabilities = backend.capabilities
     snippet_chars = 4 * settings.extra_tokens if capabilities.repo_prompt else 0
     related, snippets = related_files(document, request.offset, other_documents, repo, snippet_chars)
-    repo_names = (repo.repo_name() if repo is not None else "workspace", label(repo, document.uri))
+    repo_names = (repo.repo_name() if repo is not None else "workspace", label(repo, document.uri, document.language_id))
     constrained = backend.constrains_output
     # The typed tail needs healing (its last token is usually part of a word): local engines only.
     tail = settings.token_healing and constrained and capabilities.fim is not None and \

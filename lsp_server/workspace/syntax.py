@@ -136,14 +136,16 @@ def _last_leaf_before(node: Node, byte_offset: int) -> Node | None:
     return best
 
 
-def last_token_before(parser: Parser, text: str, offset: int) -> str | None:
-    """Text of the last code token (not a comment) that ends at or before ``offset`` code points."""
+def last_token_and_parent(parser: Parser, text: str, offset: int) -> tuple[str, str] | None:
+    """(text, its parent node's type) of the last code token (not a comment) that ends at or before
+    ``offset`` code points: ``(">", "jsx_opening_element")`` after ``<ul>`` in JSX/TSX."""
     data = text.encode("utf-8")
     byte_offset = len(text[:offset].encode("utf-8"))
     leaf = _last_leaf_before(parser.parse(data).root_node, byte_offset)
     if leaf is None:
         return None
-    return data[leaf.start_byte:leaf.end_byte].decode("utf-8", errors="replace")
+    parent = leaf.parent.type if leaf.parent is not None else ""
+    return data[leaf.start_byte:leaf.end_byte].decode("utf-8", errors="replace"), parent
 
 
 def indent_width(line: str, tab_size: int = 4) -> int:
