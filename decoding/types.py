@@ -31,7 +31,7 @@ MIN_PARTIAL_CHARS = 4  # see GenerationConfig.answer_by
 # pieces of 128, and a superseded rewrite stops within one (docs/decisions.md#prefill-chunk)
 REWRITE_PREFILL_CHUNK_TOKENS = 256
 
-QUANTIZATIONS = ("auto", "none", "fp16-weights", "int8-hybrid", "int4-hybrid")  # EngineConfig.quantization; see decoding.weights.quantization
+QUANTIZATIONS = ("auto", "none", "fp16-weights", "int8-fp16-hybrid", "int8-hybrid", "int4-hybrid")  # EngineConfig.quantization; see decoding.weights.quantization
 #: EngineConfig.engine: torch (transformers, in ``dtype``) or llama.cpp (the GGUF weights as they are;
 #: decoding.weights.llama_cpp_model)
 ENGINES = ("torch", "llama.cpp")

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import torch
 
+from decoding.weights.hybrid_linear import HybridLinear
+
 #: Largest magnitude float16 holds; a weight beyond it would saturate (none of the packs' do).
 FP16_MAX = 65504.0
 #: The weight dtypes a layer is packed from (each exact in float32).
@@ -124,12 +126,12 @@ def narrow_load_dtype(stored: torch.dtype | None, run: torch.dtype, device: torc
 
 
 def widen_to_float32(model: torch.nn.Module) -> int:
-    """Turn every floating parameter and buffer of ``model`` not held by a packed layer of ours into
+    """Turn every floating parameter and buffer of ``model`` not held by a packed or hybrid layer of ours into
     float32, one tensor at a time (a model loaded narrow, after :func:`make_fp16_weights`, or one that
     stays unpacked). Returns the tensors widened."""
     widened = 0
     for module in model.modules():
-        if isinstance(module, (Fp16WeightLinear, Fp16Embedding)):
+        if isinstance(module, (Fp16WeightLinear, Fp16Embedding, HybridLinear)):  # they hold their own dtypes
             continue
         for name, tensor in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
             if tensor is not None and tensor.is_floating_point() and tensor.dtype != torch.float32:

@@ -49,6 +49,11 @@ class HybridLinear(torch.nn.Module):
         """The dense copy: what code that reads a linear layer's weight (dtype, device, shape) expects."""
         return self.dense
 
+    @property
+    def input_dtype(self) -> torch.dtype:
+        """The dtype of the passes' inputs (the activation dtype): the dense copy's."""
+        return self.dense.dtype
+
     def low_bit(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ weights.T + bias`` by the low-bit kernel; ``x``: ``(..., in_features)``."""
         raise NotImplementedError
@@ -81,7 +86,7 @@ def median_seconds(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
 def _median_seconds(layer: HybridLinear, tokens: int, low_bit: bool) -> float:
     """Median seconds of one pass of ``tokens`` random rows through ``layer``'s low-bit kernel or its dense
     product (:func:`median_seconds`)."""
-    x = torch.randn(1, tokens, layer.in_features, dtype=layer.dense.dtype)
+    x = torch.randn(1, tokens, layer.in_features, dtype=layer.input_dtype)
     return median_seconds(layer.low_bit if low_bit else layer.dense_product, x)
 
 

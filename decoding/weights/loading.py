@@ -117,8 +117,8 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto", trust_remot
     location, local_only = model_location(name, on_stage)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
-    if quantization == "fp16-weights" and torch_dtype != torch.float32:
-        raise ModelLoadError(f"quantization 'fp16-weights' runs a float32 model, and dtype {dtype!r} gives "
+    if quantization in ("fp16-weights", "int8-fp16-hybrid") and torch_dtype != torch.float32:
+        raise ModelLoadError(f"quantization {quantization!r} runs a float32 model, and dtype {dtype!r} gives "
                              f"{torch_dtype}; use dtype 'float32' or 'auto' (float32 where the CPU has no bfloat16)")
     try:
         tokenizer = load_tokenizer(location, local_only, trust_remote_code)
@@ -165,7 +165,7 @@ def _load_dtype(location: str, local_only: bool, trust_remote_code: bool, torch_
                 torch_device: torch.device, quantization: str) -> torch.dtype:
     """The dtype to load in: the checkpoint's stored one where the model may run as ``fp16-weights``
     (:func:`decoding.weights.fp16_weights.narrow_load_dtype`), else ``torch_dtype``."""
-    if quantization not in ("auto", "fp16-weights"):
+    if quantization not in ("auto", "fp16-weights", "int8-fp16-hybrid"):
         return torch_dtype
     config = AutoConfig.from_pretrained(location, local_files_only=local_only, trust_remote_code=trust_remote_code)
     stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)

@@ -11,6 +11,9 @@ model's dtype:
   bench agreement``), which is why ``quantization: auto`` may pick it (:mod:`decoding.choices.weights`).
 * ``fp16-weights``: a float32 model's weights in float16, computed in float32 at every pass size
   (:mod:`decoding.weights.fp16_weights`): no dense copy; for CPUs without bfloat16 instructions.
+* ``int8-fp16-hybrid``: a float32 model's weights as int8 for short passes (bfloat16 inputs) and the same
+  weights as float16 values for long ones (:mod:`decoding.weights.int8_fp16_hybrid`); for CPUs without
+  bfloat16 instructions, where the int8 kernel is fast only with bfloat16 inputs.
 * ``int4-hybrid``: int4 weights in groups (:mod:`decoding.weights.int4_hybrid`): a quality trade, another
   model than the bfloat16 one; ``auto`` never picks it.
 
@@ -31,6 +34,7 @@ from decoding.types import QUANTIZATIONS
 from decoding.weights.fp16_weights import PACKABLE, Fp16WeightLinear, available, make_fp16_weights
 from decoding.weights.hybrid_linear import HybridLinear
 from decoding.weights.int4_hybrid import INT4_GROUP_SIZE, make_int4_hybrid
+from decoding.weights.int8_fp16_hybrid import make_int8_fp16_hybrid
 from decoding.weights.int8_hybrid import INT8_WIDTH_MULTIPLE, make_int8_hybrid
 
 log = logging.getLogger(__name__)
@@ -66,6 +70,9 @@ def quantize_weights(model: torch.nn.Module, quantization: str, name: str,
     if quantization == "fp16-weights":
         _to_fp16_weights(model, name)
         return
+    if quantization == "int8-fp16-hybrid":
+        _to_int8_fp16_hybrid(model, name, bounds)
+        return
     hybrid = _HYBRIDS.get(quantization)
     if hybrid is None:
         raise ModelLoadError(f"unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
@@ -95,20 +102,49 @@ def _to_fp16_weights(model: torch.nn.Module, name: str) -> None:
         ModelLoadError: no fbgemm in this torch, a model not in float32 on the CPU, or a weight float16
             cannot hold.
     """
-    parameter = next(model.parameters())
-    if not available():
-        raise ModelLoadError("quantization 'fp16-weights' needs fbgemm's float16 product, which this torch build "
-                             "lacks; use quantization 'none'")
-    if parameter.device.type != "cpu" or parameter.dtype not in PACKABLE:
-        raise ModelLoadError(f"quantization 'fp16-weights' is for float32 models on the CPU (loaded in float32, or "
-                             f"narrow and widened), and model {name!r} is {parameter.dtype} on {parameter.device}; use "
-                             "dtype 'float32' or quantization 'none'")
+    _check_float32_cpu(model, name, "fp16-weights")
     try:
         replaced, linears = make_fp16_weights(model)
     except (RuntimeError, ValueError) as exc:
         raise ModelLoadError(f"could not pack model {name!r}'s weights as float16: {exc}") from exc
     log.info("packed %d of %d linear layers of %s as float16 weights (fbgemm)", replaced, linears, name)
     return_freed_memory()
+
+
+def _to_int8_fp16_hybrid(model: torch.nn.Module, name: str, bounds: dict[tuple[int, int], int] | None) -> None:
+    """``int8-fp16-hybrid`` for ``model`` (float32 on the CPU, or loaded narrow to run in float32), in place:
+    its linear layers that fit as :class:`decoding.weights.int8_fp16_hybrid.HybridInt8Fp16Linear`, the rest
+    as ``fp16-weights`` does (embedding tables in float16, other tensors widened to float32).
+
+    Raises:
+        ModelLoadError: as :func:`_to_fp16_weights`, or no layer whose input width the int8 kernel takes.
+    """
+    _check_float32_cpu(model, name, "int8-fp16-hybrid")
+    try:
+        quantized, linears, bounds = make_int8_fp16_hybrid(model, bounds)
+        make_fp16_weights(model)
+    except (RuntimeError, ValueError) as exc:
+        raise ModelLoadError(f"could not quantize model {name!r} to int8-fp16-hybrid: {exc}") from exc
+    if quantized == 0:
+        raise ModelLoadError(f"int8-fp16-hybrid fits none of model {name!r}'s {linears} linear layers (input "
+                             f"widths must be multiples of {INT8_WIDTH_MULTIPLE})")
+    log.info("quantized %d of %d linear layers of %s to int8-fp16-hybrid", quantized, linears, name)
+    log.info("int8-fp16-hybrid runs its int8 kernel up to %s tokens per pass by weight shape",
+             ", ".join(f"{o}x{i}: {m}" for (o, i), m in sorted(bounds.items())))
+    return_freed_memory()
+
+
+def _check_float32_cpu(model: torch.nn.Module, name: str, quantization: str) -> None:
+    """Raise :class:`ModelLoadError` unless fbgemm's float16 product is here and ``model`` is on the CPU in a
+    dtype packed from (float32, or loaded narrow to run in float32)."""
+    parameter = next(model.parameters())
+    if not available():
+        raise ModelLoadError(f"quantization {quantization!r} needs fbgemm's float16 product, which this torch build "
+                             "lacks; use quantization 'none'")
+    if parameter.device.type != "cpu" or parameter.dtype not in PACKABLE:
+        raise ModelLoadError(f"quantization {quantization!r} is for float32 models on the CPU (loaded in float32, or "
+                             f"narrow and widened), and model {name!r} is {parameter.dtype} on {parameter.device}; use "
+                             "dtype 'float32' or quantization 'none'")
 
 
 def return_freed_memory() -> None:
