@@ -55,6 +55,7 @@ def test_quantize_replaces_the_linear_layers_widens_the_rest_and_refuses_a_bfloa
     quantize_weights(model, "int8-fp16-hybrid", "tiny")
     hybrids, linears = quantized_linear_count(model)
     assert hybrids == linears > 0 and any(isinstance(m, HybridInt8Fp16Linear) for m in model.modules())
+    assert isinstance(model.get_output_embeddings(), fp16_weights.Fp16WeightLinear)  # float32 logits
     floating = {p.dtype for p in model.parameters() if p.is_floating_point()}
     assert floating == {torch.float32, torch.bfloat16}  # the bfloat16 ones: the int8 kernel's scales
     assert all(m.scales.dtype == torch.bfloat16 for m in model.modules() if isinstance(m, HybridInt8Fp16Linear))

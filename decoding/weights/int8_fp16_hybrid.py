@@ -17,7 +17,7 @@ are exact in bfloat16 for the int8 kernel. The scale's rounding makes the grid u
 ``max|row| / 127``. What the short passes change besides: their inputs are rounded to bfloat16 and their
 outputs come back through bfloat16 (the kernel's output dtype), as every pass of a bfloat16 model does. So
 speculative output equals plain decoding of the same hybrid model up to the rounding of passes of different
-sizes (docs/exactness.md), and how often the model keeps the float32 model's greedy token is measured by
+sizes (docs/exactness.md); the output layer stays float16 weights with float32 logits. How often the model keeps the float32 model's greedy token is measured by
 ``speclsp bench agreement --dtype float32 --quantizations int8-fp16-hybrid``. Memory: the float16 weights
 plus half of them (the int8 copy).
 """
@@ -115,6 +115,9 @@ def fits(linear: torch.nn.Linear) -> bool:
 def make_int8_fp16_hybrid(model: torch.nn.Module, bounds: dict[tuple[int, int], int] | None = None
                           ) -> tuple[int, int, dict[tuple[int, int], int]]:
     """Every linear layer of ``model`` that :func:`fits` as a :class:`HybridInt8Fp16Linear`, calibrated
-    (:func:`decoding.weights.hybrid_linear.make_hybrid`; the shapes in ``bounds`` take their bound from it).
-    The embedding tables and the rest stay as they are (the caller widens them to float32)."""
-    return make_hybrid(model, HybridInt8Fp16Linear, fits, bounds)
+    (:func:`decoding.weights.hybrid_linear.make_hybrid`; the shapes in ``bounds`` take their bound from it),
+    but the output layer: the logits stay float32 (through bfloat16, logits near 20 are 0.125 apart, and
+    greedy decoding would meet ties). It and the embedding tables stay as they are (the caller packs them
+    as ``fp16-weights`` does)."""
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return make_hybrid(model, HybridInt8Fp16Linear, lambda linear: linear is not output and fits(linear), bounds)
