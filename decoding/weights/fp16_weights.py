@@ -72,12 +72,18 @@ class Fp16WeightLinear(torch.nn.Module):
         return torch.ops.quantized.linear_unpack_fp16(self.packed)[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., in_features) float32
-        rows = x.reshape(-1, self.in_features)
-        out = torch.ops.quantized.linear_dynamic_fp16(rows if rows.is_contiguous() else rows.contiguous(), self.packed)
-        return out.reshape(*x.shape[:-1], self.out_features)
+        return fp16_product(x, self.packed, self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, float16 weights (fbgemm)"
+
+
+def fp16_product(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
+    """``x`` (``(..., in_features)`` float32) times the weights ``packed`` by ``quantized::linear_prepack_fp16``
+    (and their bias, if packed with one): ``(..., out_features)`` float32, by fbgemm's float16 product."""
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.ops.quantized.linear_dynamic_fp16(rows if rows.is_contiguous() else rows.contiguous(), packed)
+    return out.reshape(*x.shape[:-1], out_features)
 
 
 class Fp16Embedding(torch.nn.Module):

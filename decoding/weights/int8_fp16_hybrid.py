@@ -100,9 +100,7 @@ class HybridInt8Fp16Linear(HybridLinear):
         return out + self.bias if self.bias is not None else out
 
     def dense_product(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., in_features) float32
-        rows = x.reshape(-1, self.in_features)
-        out = torch.ops.quantized.linear_dynamic_fp16(rows if rows.is_contiguous() else rows.contiguous(), self.packed)
-        out = out.reshape(*x.shape[:-1], self.out_features)
+        out = fp16_weights.fp16_product(x, self.packed, self.out_features)
         return out + self.bias if self.bias is not None else out
 
 
