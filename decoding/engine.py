@@ -40,7 +40,9 @@ from decoding.drafters.substitutions import Substitutions
 from decoding.drafters.switching import SwitchingDrafter
 from decoding.generate import SpeculativeGenerator
 from decoding.kv_cache import KVCacheState, cache_state
+from decoding.weights.hybrid_linear import keep_long_pass_weights
 from decoding.weights.loading import LoadedModel, check_draft_compatible, load_model
+from decoding.weights.quantization import return_freed_memory
 from decoding.weights.model_names import NO_DRAFT, resolve_pair
 
 from decoding.types import (
@@ -140,6 +142,21 @@ class Engine:
         engine.drafts_for_a_pair = False
         engine.generator.verify_cost.seed(pass_costs(self.draft))
         return engine
+
+    def keep_long_pass_weights(self) -> int:
+        """Run the target on its hybrid layers' long-pass weights alone (a bfloat16 copy, float16 panels) and
+        free their low-bit weights (:func:`decoding.weights.hybrid_linear.keep_long_pass_weights`): for a target that writes next edits only,
+        whose passes are long (a prompt's prefill, region drafts of tens of tokens) and so already ran those
+        weights, while its low-bit weights held memory (the 1.5B's int8: 1.6 GB). Its pass costs are measured
+        again (or read from the cache of measured figures). Returns the bytes freed (0: no hybrid layer)."""
+        self._check_thread()
+        freed = keep_long_pass_weights(self.target.model)
+        if freed:
+            return_freed_memory()
+            kept = "fp16-weights" if self.target.quantization == "int8-fp16-hybrid" else "none"
+            self.target = replace(self.target, quantization=kept)
+            self.generator.verify_cost.seed(pass_costs(self.target))
+        return freed
 
     def claim_thread(self) -> None:
         """Make the calling thread the only one allowed to use this engine (the server's model thread

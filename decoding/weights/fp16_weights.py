@@ -64,6 +64,17 @@ class Fp16WeightLinear(torch.nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
         self.packed = torch.ops.quantized.linear_prepack_fp16(weight.contiguous(), bias)
+        self.bias = None  # packed with the weights
+
+    @classmethod
+    def from_packed(cls, packed: torch.Tensor, in_features: int, out_features: int,
+                    bias: torch.Tensor | None = None) -> Fp16WeightLinear:
+        """A layer of weights already packed by ``quantized::linear_prepack_fp16`` without a bias, and ``bias``
+        (``(out_features,)`` float32, or ``None``) added to the product in float32."""
+        layer = cls.__new__(cls)
+        torch.nn.Module.__init__(layer)
+        layer.in_features, layer.out_features, layer.packed, layer.bias = in_features, out_features, packed, bias
+        return layer
 
     @property
     def weight(self) -> torch.Tensor:
@@ -72,7 +83,8 @@ class Fp16WeightLinear(torch.nn.Module):
         return torch.ops.quantized.linear_unpack_fp16(self.packed)[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., in_features) float32
-        return fp16_product(x, self.packed, self.out_features)
+        out = fp16_product(x, self.packed, self.out_features)
+        return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, float16 weights (fbgemm)"

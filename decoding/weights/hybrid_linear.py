@@ -62,6 +62,15 @@ class HybridLinear(torch.nn.Module):
         """``x @ dense.T + bias`` by the dense matrix product."""
         return torch.nn.functional.linear(x, self.dense, self.bias)
 
+    def long_pass_layer(self) -> torch.nn.Module | None:
+        """A layer that computes as :meth:`dense_product` from the same tensors, without the low-bit weights
+        (:func:`keep_long_pass_weights`): a ``torch.nn.Linear`` of the dense copy; ``None`` without one."""
+        if self.dense is None:
+            return None
+        layer = torch.nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, device="meta")
+        layer.weight, layer.bias = self.dense, self.bias
+        return layer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., in_features)
         tokens = x.numel() // self.in_features
         return self.low_bit(x) if tokens <= self.max_low_bit_tokens else self.dense_product(x)
@@ -132,3 +141,19 @@ def make_hybrid(model: torch.nn.Module, layer_type: type[HybridLinear], fits: Ca
                 layers.append(hybrid)
                 replaced += 1
     return replaced, total, calibrate(layers, bounds)
+
+
+
+def keep_long_pass_weights(model: torch.nn.Module) -> int:
+    """Replace every :class:`HybridLinear` of ``model`` whose :meth:`HybridLinear.long_pass_layer` is not
+    ``None`` by that layer: the weights its long passes already compute with, so every pass then computes as
+    a long pass of the hybrid did; its low-bit weights are freed. Returns the bytes of low-bit tensors freed."""
+    freed = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, HybridLinear) or (kept := child.long_pass_layer()) is None:
+                continue
+            freed += sum(t.numel() * t.element_size() for n, t in child.named_parameters(recurse=False)
+                         if n not in ("dense", "bias"))
+            setattr(parent, name, kept)
+    return freed

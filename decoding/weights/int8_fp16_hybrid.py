@@ -103,6 +103,10 @@ class HybridInt8Fp16Linear(HybridLinear):
         out = fp16_weights.fp16_product(x, self.packed, self.out_features)
         return out + self.bias if self.bias is not None else out
 
+    def long_pass_layer(self) -> torch.nn.Module:
+        """The float16 weights alone, as ``fp16-weights`` holds them (the same packed panels and bias)."""
+        return fp16_weights.Fp16WeightLinear.from_packed(self.packed, self.in_features, self.out_features, self.bias)
+
 
 def fits(linear: torch.nn.Linear) -> bool:
     """Whether ``linear`` can be held so: input width a multiple of :data:`INT8_WIDTH_MULTIPLE`, a weight on

@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreT
 
 from decoding.choices.auto import choose_quantization
 from decoding.weights.cpu_flags import cpu_flags
+from decoding.weights.file_pages import release_file_pages
 from decoding.weights.capabilities import ModelCapabilities, read_capabilities
 from decoding.errors import ModelLoadError
 from decoding.generate import end_of_sequence_ids
@@ -146,7 +147,8 @@ def _settle_weights(model, name: str, quantization: str, run_dtype: torch.dtype,
                     on_stage: Stage | None) -> str:
     """Choose (``auto``) and apply the weights' format of a loaded ``model``, map its embedding table from
     the checkpoint in ``directory`` where it runs in float32 on the CPU, and widen a model loaded narrow that
-    stays unpacked; returns the quantization applied."""
+    stays unpacked, and hand back the checkpoint's pages loading read
+    (:func:`decoding.weights.file_pages.release_file_pages`); returns the quantization applied."""
     bounds = None
     if quantization == "auto":
         quantization, bounds, _ = choose_quantization(model, name, run_dtype)  # logs its choice
@@ -158,6 +160,9 @@ def _settle_weights(model, name: str, quantization: str, run_dtype: torch.dtype,
     quantize_weights(model, quantization, name, bounds)
     if quantization == "none" and next(model.parameters()).dtype != run_dtype:  # loaded narrow, kept unpacked
         widen_to_float32(model)
+    released = release_file_pages(directory)
+    if released:
+        log.info("%s: the checkpoint's pages read while loading handed back (%.1f GB mapped)", name, released / 1e9)
     return quantization
 
 

@@ -65,6 +65,8 @@ def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str],
             log.warning("completion.model 'draft' needs a draft model and none is loaded: %s writes inline "
                         "completions", engine.target.name)
             by_draft = False
+        if by_draft and config.engine.quantization == "auto":
+            _keep_one_copy(engine)
         completion = LocalBackend(engine.draft_as_target() if by_draft else engine)
         next_edit = LocalBackend(engine) if by_draft else None
         if config.next_edit_model:
@@ -79,6 +81,16 @@ def load_backend(config: BackendConfig | EngineConfig, on_stage: Callable[[str],
     if config.remote is None or not config.remote.endpoint:
         raise ValueError(f"backend {config.kind!r} needs an endpoint (speclsp.remote.endpoint: the remote engine's URL)")
     return _load_remote(config.kind, config.remote, config.engine, on_stage)
+
+
+def _keep_one_copy(engine) -> None:
+    """Where the target writes next edits only and ``quantization`` is ``auto``, it keeps its long-pass
+    weights alone (:meth:`decoding.engine.Engine.keep_long_pass_weights`), and the log says what that freed."""
+    freed = engine.keep_long_pass_weights()
+    if freed:
+        log.info("quantization auto for %s: its long-pass weights alone: it writes next edits only, whose passes "
+                 "are long and ran those weights already; %.1f GB of int8 weights freed",
+                 engine.target.name, freed / 1e9)
 
 
 def _load_remote(kind: str, config: RemoteConfig, engine_config: EngineConfig,
