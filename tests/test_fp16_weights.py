@@ -16,6 +16,7 @@ from decoding.errors import ModelLoadError
 from decoding.types import EngineConfig, GenerationConfig
 from decoding.weights import fp16_weights
 from decoding.weights.fp16_weights import Fp16WeightLinear
+from decoding.weights.loading import load_model
 from decoding.weights.quantization import quantize_weights, quantized_linear_count
 from tests.conftest import tiny_model
 from tests.test_quantization import assert_speculative_equals_plain
@@ -117,9 +118,10 @@ def test_exact_in_fp16_counts_the_weights_float16_would_round():
     assert float32_weights.exact_in_fp16(_fp16_valued(model)) == (0, total)
 
 
-def _pin(measured_here, monkeypatch, speedups: dict) -> None:
+def _pin(measured_here, monkeypatch, speedups: dict, int8_bound: int = 0) -> None:
+    """Pin the float16-weight speedups, and int8-fp16-hybrid's bound for every shape (0: int8 never faster)."""
     pin = measured_here / "pin.json"
-    pin.write_text(json.dumps({"fp16_speedup": {"tiny": speedups}}))
+    pin.write_text(json.dumps({"fp16_speedup": {"tiny": speedups}, "low_bit_bounds": {"tiny": {"*": int8_bound}}}))
     monkeypatch.setenv(PIN_VARIABLE, str(pin))
 
 
@@ -147,6 +149,7 @@ def test_the_speedups_are_measured_once_and_kept(measured_here, monkeypatch):
         return {"1": 3.0, "128": 1.5}
 
     monkeypatch.setattr(float32_weights, "measure_speedups", measure)
+    monkeypatch.setattr(float32_weights, "fastest_low_bit_bound", lambda layer: 0)
     model = _fp16_valued(tiny_model(seed=0, hidden=64))
     assert auto.choose_quantization(model, "tiny")[0] == "fp16-weights"
     assert len(calls) == 1  # one layer (the widest of a block), once
@@ -158,3 +161,44 @@ def test_the_speedups_are_measured_once_and_kept(measured_here, monkeypatch):
 def test_measure_speedups_times_both_products():
     ratios = float32_weights.measure_speedups(torch.nn.Linear(256, 512))
     assert set(ratios) == {"1", "128"} and all(r > 0 for r in ratios.values())
+
+
+def test_auto_adds_int8_to_the_float16_weights_where_its_kernel_is_faster_for_one_token(measured_here, monkeypatch):
+    model = _fp16_valued(tiny_model(seed=0, hidden=64))
+    _pin(measured_here, monkeypatch, {"1": 2.0, "128": 1.2}, int8_bound=4)
+    quantization, bounds, reason = auto.choose_quantization(model, "tiny")
+    output = model.get_output_embeddings()
+    shapes = {(m.out_features, m.in_features) for m in model.modules()
+              if isinstance(m, torch.nn.Linear) and m is not output}
+    assert quantization == "int8-fp16-hybrid" and bounds == {shape: 4 for shape in shapes}
+    assert (output.out_features, output.in_features) not in bounds  # the logits stay float16 weights
+    assert "int8-fp16-hybrid" in reason and "2.00x" in reason
+    _pin(measured_here, monkeypatch, {"1": 2.0, "128": 1.2}, int8_bound=0)
+    assert auto.choose_quantization(model, "tiny")[:2] == ("fp16-weights", {})
+
+
+def test_int8_fp16_bounds_are_measured_once_per_shape_and_kept(measured_here, monkeypatch):
+    calls = []
+
+    def bound(layer):
+        calls.append((layer.out_features, layer.in_features))
+        return 8
+
+    monkeypatch.setattr(float32_weights, "fastest_low_bit_bound", bound)
+    model = _fp16_valued(tiny_model(seed=0, hidden=64))
+    first = float32_weights.int8_bounds(model, "tiny")
+    assert len(calls) == len(set(calls)) == len(first) > 0 and set(first.values()) == {8}
+    assert float32_weights.int8_bounds(model, "tiny") == first and len(calls) == len(first)  # read back, not measured
+
+
+def test_a_named_int8_fp16_hybrid_runs_the_kept_bounds_not_a_new_measurement(measured_here, monkeypatch):
+    from decoding.weights.int8_fp16_hybrid import HybridInt8Fp16Linear
+
+    pin = measured_here / "pin.json"
+    pin.write_text(json.dumps({"low_bit_bounds": {"starter": {"*": 2}}}))
+    monkeypatch.setenv(PIN_VARIABLE, str(pin))
+    for where in ("decoding.weights.hybrid_linear", "decoding.choices.float32_weights"):
+        monkeypatch.setattr(f"{where}.fastest_low_bit_bound", lambda layer: pytest.fail("measured anew"))
+    model = load_model("starter", device="cpu", dtype="float32", quantization="int8-fp16-hybrid").model
+    layers = [m for m in model.modules() if isinstance(m, HybridInt8Fp16Linear)]
+    assert layers and {m.max_low_bit_tokens for m in layers} == {2}

@@ -2,7 +2,8 @@
 
 * ``quantization: auto`` (:func:`choose_quantization`): for a float32 model on the CPU (no bfloat16
   instructions), ``fp16-weights`` where its weights are float16 values (the same model) and fbgemm's
-  float16-weight product is measured faster (:mod:`decoding.choices.float32_weights`); ``int8-hybrid`` for a model on the CPU in
+  float16-weight product is measured faster, and ``int8-fp16-hybrid`` beside it where PyTorch's int8 kernel
+  on bfloat16 inputs is faster still for a one-token pass (:mod:`decoding.choices.float32_weights`); ``int8-hybrid`` for a model on the CPU in
   bfloat16 (run by torch) where PyTorch's int8 kernel is faster than the bfloat16 product for a one-token
   pass in the layers that hold at least :data:`MIN_FASTER_SHARE` of the linear weights; else the weights as
   they are. Measured: the low-bit bound of one layer per weight shape
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from decoding.choices import float32_weights
-from decoding.choices.figures import ANY, LOW_BIT_BOUNDS, cost_key, keep_entry, lookup
+from decoding.choices.figures import LOW_BIT_BOUNDS, cost_key, keep_entry, known_bounds
 from decoding.choices.pass_costs import pass_costs
 from decoding.weights.hybrid_linear import fastest_low_bit_bound
 from decoding.weights.int8_hybrid import HybridInt8Linear, fits
@@ -74,8 +75,12 @@ def choose_quantization(model: torch.nn.Module, name: str,
     device, dtype = next(model.parameters()).device, run_dtype or next(model.parameters()).dtype
     if device.type == "cpu" and dtype == torch.float32:
         packs, reason = float32_weights.choose(model, name)
+        chosen, bounds = ("fp16-weights" if packs else "none"), {}
+        if packs:
+            hybrid, bounds, why = float32_weights.choose_int8(model, name)
+            chosen, reason = ("int8-fp16-hybrid", f"{why}; {reason}") if hybrid else (chosen, f"{reason}; {why}")
         _decided("quantization", name, reason)
-        return ("fp16-weights" if packs else "none"), {}, reason
+        return chosen, bounds, reason
     if device.type != "cpu" or dtype != torch.bfloat16:
         reason = f"none: {name} runs on {device} in {dtype}, and auto keeps its weights as they are there"
         _decided("quantization", name, reason)
@@ -86,7 +91,7 @@ def choose_quantization(model: torch.nn.Module, name: str,
         if fits(linear):
             by_shape.setdefault((linear.out_features, linear.in_features), linear)
     key = cost_key(name, model)
-    bounds = _known_bounds(key, set(by_shape))
+    bounds = known_bounds(key, set(by_shape))
     if bounds is None:
         bounds = {shape: fastest_low_bit_bound(HybridInt8Linear(linear)) for shape, linear in by_shape.items()}
         keep_entry(LOW_BIT_BOUNDS, key, lambda earlier: {f"{o}x{i}": b for (o, i), b in sorted(bounds.items())},
@@ -106,22 +111,6 @@ def choose_quantization(model: torch.nn.Module, name: str,
                   f"(at least {MIN_FASTER_SHARE:.0%}): int8 up to, by weight shape, {listed} tokens per pass")
     _decided("quantization", name, reason)
     return chosen, bounds, reason
-
-
-def _known_bounds(key: str, shapes: set[tuple[int, int]]) -> dict[tuple[int, int], int] | None:
-    """The low-bit bounds pinned or cached for ``key``, where they cover ``shapes`` (a pinned ``"*"``
-    covers any shape); else ``None``."""
-    entry, _ = lookup(LOW_BIT_BOUNDS, key)
-    if entry is None:
-        return None
-    try:
-        default = int(entry[ANY]) if ANY in entry else None
-        bounds = {tuple(int(n) for n in shape.split("x")): int(bound) for shape, bound in entry.items() if shape != ANY}
-    except (ValueError, AttributeError, TypeError):
-        return None
-    if default is not None:
-        bounds = {shape: bounds.get(shape, default) for shape in shapes}
-    return bounds if shapes <= set(bounds) else None
 
 
 @dataclass(frozen=True)

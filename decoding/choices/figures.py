@@ -4,7 +4,7 @@ The file is ``measured.json`` under :func:`decoding.weights.gguf_models.cache_ro
 
     {"version": FIGURES_VERSION,
      "pass_ms": {cost key: {"1": ms, "2": ms, ...}},          # decoding.choices.pass_costs
-     "low_bit_bounds": {cost key: {"OUTxIN": tokens, ...}},   # decoding.choices.auto (int8-hybrid)
+     "low_bit_bounds": {cost key: {"OUTxIN": tokens, ...}},   # int8-hybrid, int8-fp16-hybrid (float32 key)
      "fp16_speedup": {cost key: {"1": ratio, "128": ratio}}}  # decoding.choices.auto (fp16-weights)
 
 A cost key (:func:`cost_key`) names what a model's timings depend on: the model, how its weights are
@@ -145,3 +145,19 @@ def cost_key(name: str, model, dtype: torch.dtype | None = None) -> str:
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     return "|".join((name, type(model).__name__, _weights_kind(model), str(device), str(dtype or model.dtype), hardware,
                      f"threads={torch.get_num_threads()}", f"torch={torch.__version__}"))
+
+
+def known_bounds(key: str, shapes: set[tuple[int, int]]) -> dict[tuple[int, int], int] | None:
+    """The low-bit bounds pinned or cached for ``key``, where they cover ``shapes`` (a pinned ``"*"``
+    covers any shape); else ``None``."""
+    entry, _ = lookup(LOW_BIT_BOUNDS, key)
+    if entry is None:
+        return None
+    try:
+        default = int(entry[ANY]) if ANY in entry else None
+        bounds = {tuple(int(n) for n in shape.split("x")): int(bound) for shape, bound in entry.items() if shape != ANY}
+    except (ValueError, AttributeError, TypeError):
+        return None
+    if default is not None:
+        bounds = {shape: bounds.get(shape, default) for shape in shapes}
+    return bounds if shapes <= set(bounds) else None

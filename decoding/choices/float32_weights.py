@@ -11,19 +11,31 @@ half the bytes of the float32 one (:mod:`decoding.weights.fp16_weights`). auto t
   layer, a one-token pass at least :data:`MIN_STEP_SPEEDUP` times faster and a pass of
   :data:`LONG_PASS_TOKENS` tokens (prefill, long verify passes) at most :data:`MAX_LONG_PASS_SLOWDOWN`
   slower (:func:`speedups`; kept in ``measured.json``, section ``fp16_speedup``).
+
+Where it packs, auto holds the model as ``int8-fp16-hybrid`` instead (:func:`choose_int8`;
+:mod:`decoding.weights.int8_fp16_hybrid`: the float16 weights rounded to an int8 grid, and PyTorch's int8
+kernel on bfloat16 inputs for short passes) where that kernel is faster than the float16 product for a
+one-token pass in at least :data:`MIN_INT8_SHARE` of the layers' weights: measured per weight shape, the
+pass sizes up to which it is (kept in section ``low_bit_bounds`` under the float32 cost key). That is a
+model a little off the float16 one: it keeps the float32 0.5B's greedy token at 99.06% of 1,491 positions
+(``speclsp bench agreement``, the Ice Lake kind), above int8-hybrid's 98.72% against bfloat16, the bar issue
+51 set (docs/decisions.md).
 """
 
 from __future__ import annotations
 
 import torch
 
-from decoding.choices.figures import FP16_SPEEDUP, cost_key, keep_entry, lookup
-from decoding.weights import fp16_weights
-from decoding.weights.hybrid_linear import median_seconds
+from decoding.choices.figures import FP16_SPEEDUP, LOW_BIT_BOUNDS, cost_key, keep_entry, known_bounds, lookup
+from decoding.weights import fp16_weights, int8_fp16_hybrid
+from decoding.weights.hybrid_linear import fastest_low_bit_bound, median_seconds
 
 MIN_STEP_SPEEDUP = 1.1
 LONG_PASS_TOKENS = 128
 MAX_LONG_PASS_SLOWDOWN = 1.1  # float16 weights may be this much slower than float32 for a long pass
+#: Share of the hybrid's linear weights, in shapes where int8 is faster for one token, from which auto adds
+#: int8 to the float16 weights (as auto's MIN_FASTER_SHARE for int8-hybrid).
+MIN_INT8_SHARE = 0.5
 _ROWS_PER_CHECK = 8192  # rows compared at a time, so a 151,936-row output layer needs no half copy whole
 
 
@@ -103,3 +115,41 @@ def choose(model: torch.nn.Module, name: str) -> tuple[bool, str]:
     return False, (f"none: {name}'s weights are float16 values, but the float16-weight product runs {figures} "
                    f"(auto asks at least {MIN_STEP_SPEEDUP}x for one token, at most {MAX_LONG_PASS_SLOWDOWN}x "
                    f"slower for {LONG_PASS_TOKENS})")
+
+
+def int8_bounds(model: torch.nn.Module, name: str) -> dict[tuple[int, int], int]:
+    """``int8-fp16-hybrid``'s low-bit bounds for ``model`` (float32, or loaded narrow to run in float32) per
+    ``(out, in)`` weight shape of the layers it holds as int8 (not the output layer): pinned or cached, else
+    measured on one layer per shape (:func:`decoding.weights.hybrid_linear.fastest_low_bit_bound`) and cached,
+    so every load here runs the same kernels for the same pass sizes."""
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    by_shape: dict[tuple[int, int], torch.nn.Linear] = {}
+    for linear in model.modules():
+        if isinstance(linear, torch.nn.Linear) and linear is not output and int8_fp16_hybrid.fits(linear):
+            by_shape.setdefault((linear.out_features, linear.in_features), linear)
+    key = cost_key(name, model, dtype=torch.float32)
+    bounds = known_bounds(key, set(by_shape))
+    if bounds is None:
+        bounds = {shape: fastest_low_bit_bound(int8_fp16_hybrid.HybridInt8Fp16Linear(linear))
+                  for shape, linear in by_shape.items()}
+        keep_entry(LOW_BIT_BOUNDS, key, lambda earlier: {f"{o}x{i}": b for (o, i), b in sorted(bounds.items())},
+                   "measured int8-fp16-hybrid bounds")
+    return bounds
+
+
+def choose_int8(model: torch.nn.Module, name: str) -> tuple[bool, dict[tuple[int, int], int], str]:
+    """Whether ``quantization: auto`` holds ``model`` (one :func:`choose` packs) as ``int8-fp16-hybrid``, its
+    bounds (:func:`int8_bounds`; empty where not) and a sentence why."""
+    bounds = int8_bounds(model, name)
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not output]
+    total = sum(m.weight.numel() for m in linears)
+    faster = sum(m.weight.numel() for m in linears if bounds.get((m.out_features, m.in_features), 0) >= 1)
+    share = faster / total if total else 0.0
+    listed = ", ".join(f"{o}x{i}: {b}" for (o, i), b in sorted(bounds.items()))
+    if share < MIN_INT8_SHARE:
+        return False, {}, (f"int8 on bfloat16 inputs is faster for one token in {share:.0%} of its layers' weights "
+                           f"(under {MIN_INT8_SHARE:.0%}; by weight shape, up to {listed} tokens)")
+    return True, bounds, (f"int8-fp16-hybrid: int8 on bfloat16 inputs is faster for one token in {share:.0%} of "
+                          f"{name}'s layers' weights here (at least {MIN_INT8_SHARE:.0%}): int8 up to, by weight shape, "
+                          f"{listed} tokens per pass, the float16 weights beyond")

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from decoding.choices.auto import choose_quantization
+from decoding.choices.float32_weights import int8_bounds
 from decoding.weights.cpu_flags import cpu_flags
 from decoding.weights.file_pages import release_file_pages
 from decoding.weights.capabilities import ModelCapabilities, read_capabilities
@@ -152,6 +153,8 @@ def _settle_weights(model, name: str, quantization: str, run_dtype: torch.dtype,
     bounds = None
     if quantization == "auto":
         quantization, bounds, _ = choose_quantization(model, name, run_dtype)  # logs its choice
+    elif quantization == "int8-fp16-hybrid" and model.device.type == "cpu":
+        bounds = int8_bounds(model, name)  # cached: every load here runs the same kernels
     if quantization != "none" and on_stage:
         on_stage(f"quantizing {name} to {quantization}")
     if run_dtype == torch.float32 and model.device.type == "cpu" and directory and \
