@@ -40,7 +40,8 @@ from collections import Counter
 from bench import cpu_kinds
 from bench.corpus import corpus_files
 from bench.lsp_client import percentile
-from bench.typist import PACES, TypistSession, file_functions, read_source, start_typist_server, stop_typist_server
+from bench.functions import file_functions
+from bench.typist import PACES, TypistSession, read_source, start_typist_server, stop_typist_server
 
 MIN_LINES = 1500
 FUNCTIONS_PER_FILE = 2
@@ -59,7 +60,7 @@ def line_count(text: str) -> int:
 def pick_long_file_functions(per_file: int, seed: int, min_lines: int = MIN_LINES, corpus: str = "2026",
                              past_line: int | None = None) -> list[tuple[str, str, int, int]]:
     """(name, file text, body start, body end) of up to ``per_file`` functions of 4-25 lines
-    (:func:`bench.typist.file_functions`) from each file of ``corpus`` with at least ``min_lines``
+    (:func:`bench.functions.file_functions`) from each file of ``corpus`` with at least ``min_lines``
     lines, whose ``def`` is on a line (1-based) after ``past_line`` (default ``min_lines // 2``);
     and which have a line after their header (:func:`first_line_stop`); each file's sampled with its own
     ``random.Random`` seeded by ``seed`` and the file's name, and given in file order. Files in corpus order."""
@@ -79,7 +80,7 @@ def pick_long_file_functions(per_file: int, seed: int, min_lines: int = MIN_LINE
 def first_line_stop(body: str) -> int | None:
     """Characters of ``body`` (a function from its ``def``) up to the end of the first non-blank line
     after the ``def`` header (the header may span lines); ``None`` where the header does not end
-    within ``body`` or no line follows it (:func:`bench.typist.file_functions` ends a function at the
+    within ``body`` or no line follows it (:func:`bench.functions.file_functions` ends a function at the
     first line as little indented as its ``def``, which can be a signature's closing ``)``)."""
     rows = body.split("\n")
     header_rows = None
@@ -244,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("speclsp bench lsp --first-answer: --functions and --min-lines must be at least 1, "
                          "--open-wait-s at least 0")
     ran = cpu_kinds.what_ran()  # the servers started below inherit this process's environment
-    functions = pick_long_file_functions(per_file, args.seed, args.min_lines)
+    functions = pick_long_file_functions(per_file, args.seed, args.min_lines, getattr(args, "corpus", "2026"))
     if not functions:
         raise SystemExit(f"speclsp bench lsp --first-answer: no 2026-corpus file of {args.min_lines}+ lines has a "
                          f"function of 4-25 lines past line {args.min_lines // 2}")

@@ -334,6 +334,8 @@ def add_parser(kinds) -> argparse.ArgumentParser:
                      help="a person types functions of the 2026 corpus at --paces; characters taken from suggestions "
                           "(see bench/typist.py); --functions defaults to 3 here")
     lsp.add_argument("--paces", default="fast,steady", help="--typist: fast, steady or both")
+    lsp.add_argument("--corpus", default="2026", help="--typist and --first-answer: the corpus whose functions are "
+                     "typed (bench.corpus: 2026 is Python; a corpus of another language, or a directory)")
     lsp.add_argument("--llama-model", default="",
                      help="--typist --llama: the model llama-server serves (default: --model, auto: qwen2.5-coder-1.5b)")
     lsp.add_argument("--check-exact", action="store_true",

@@ -42,6 +42,7 @@ from pygls.lsp.client import LanguageClient
 
 from bench import cpu_kinds
 from bench.corpus import corpus_files
+from bench.functions import file_functions, language_of
 from bench.lsp_client import percentile, server_settings, start_server
 
 PACES = {"fast": {"key_s": (0.090, 0.200), "before_enter_s": (0.7, 1.3), "after_enter_s": (0.0, 0.0)},
@@ -62,31 +63,6 @@ def pick_functions(count: int, seed: int, corpus: str = "2026") -> list[tuple[st
 def read_source(path: Path) -> str:
     """The file's text as the typist types it: UTF-8 (undecodable bytes replaced), ``\\n`` line breaks."""
     return path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
-
-
-def file_functions(path: Path, text: str) -> list[tuple[str, str, int, int]]:
-    """(name, ``text``, body start, body end) of each function of 4-25 lines in ``text`` (the file at
-    ``path``), in file order; the body starts at the ``def``'s indentation and ends at its last line's
-    end (offsets in characters); the name is ``parent/file.py:LINE function`` (LINE 1-based)."""
-    lines = text.split("\n")
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line) + 1)
-    found = []
-    for index, line in enumerate(lines):
-        stripped = line.lstrip()
-        if not stripped.startswith("def "):
-            continue
-        indent = len(line) - len(stripped)
-        end = index + 1
-        while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
-            end += 1
-        while end > index + 1 and not lines[end - 1].strip():
-            end -= 1
-        if 4 <= end - index <= 25:
-            name = f"{path.parent.name}/{path.name}:{index + 1} {stripped[4:].split('(', 1)[0]}"
-            found.append((name, text, offsets[index] + indent, offsets[end] - 1))
-    return found
 
 
 def takeable(shown: str, rest: str) -> str:
@@ -213,10 +189,12 @@ class TypistSession:
 
     def open_document(self, name: str, text: str, start: int, end: int) -> str:
         """Open ``text`` without the body ``text[start:end]`` as a document named after ``name``; its URI."""
-        uri = f"file:///typist/{name.split(' ', 1)[0].replace('/', '_').replace(':', '_')}"
+        where = Path(name.split(" ", 1)[0].rsplit(":", 1)[0])  # parent/file.ext
+        line = name.split(" ", 1)[0].rsplit(":", 1)[-1]
+        uri = f"file:///typist/{where.parent.name}_{where.stem}_{line}{where.suffix}"
         self.version += 1
         self.client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
-            uri=uri, language_id="python", version=self.version, text=text[:start] + text[end:])))
+            uri=uri, language_id=language_of(where), version=self.version, text=text[:start] + text[end:])))
         return uri
 
     def close_document(self, uri: str) -> None:
@@ -332,7 +310,7 @@ def server_memory_mb(pid: int) -> dict[str, float | None]:
 
 def run(args: argparse.Namespace) -> int:
     ran = cpu_kinds.what_ran()  # the servers started below inherit this process's environment
-    functions = pick_functions(args.functions, args.seed)
+    functions = pick_functions(args.functions, args.seed, getattr(args, "corpus", "2026"))
     print("functions: " + "; ".join(name for name, *_ in functions), file=sys.stderr)
     rows = []
     llama = None
