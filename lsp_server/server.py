@@ -247,8 +247,10 @@ class SpeclspServer(LanguageServer):
         if self.worker.state == READY:
             settings = self.settings
             problem = await asyncio.to_thread(self._preflight, settings.backend_config())
-            if problem is not None and self.settings is settings:
-                self.settings = settings.with_backend_of(old)
+            if self.settings.backend_config() != settings.backend_config():
+                return  # another change of the backend arrived meanwhile: its own handler switches
+            if problem is not None:  # (other fields a later change set meanwhile apply)
+                self.settings = self.settings.with_backend_of(old)
                 target = _describe(old.backend_config())[0]
                 self.warn([f"not switching to {self._naming(settings)}: {problem}; still serving with {target}"])
                 return

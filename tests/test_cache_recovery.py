@@ -21,7 +21,7 @@ import pytest
 
 from decoding.errors import ModelLoadError
 from decoding.weights import model_packs
-from decoding.weights.gguf_files import gguf_cache_path, pack_gguf_path
+from decoding.weights.gguf_files import pack_gguf_path
 from decoding.weights.gguf_models import MARKER, is_converted
 from tests.cache_child import NAME, PARTS, fake_pack, install_parts
 from tests.raw_lsp import RawServer, notification
@@ -103,7 +103,7 @@ def test_a_start_killed_while_converting_is_rebuilt_and_unrecorded_weights_never
     code, lines = run_child()
     assert code == 0
     rebuilt_with_one_message(lines, f"is unusable: it has no {MARKER}")
-    assert any("an earlier conversion" not in line for line in lines)
+    assert not any("was interrupted" in line for line in lines), "one message, not two"
     assert not work[0].exists() and is_converted(model_dir(cache), fake_pack().sha256)
 
 
@@ -224,4 +224,4 @@ def test_assembly_errors_keep_reading_and_writing_apart(tmp_path):
     (tmp_path / "part.bin").write_bytes(b"".join(PARTS))
     with pytest.raises(OSError):  # the caller names its cache and what to do (gguf_models.cache_write_error)
         model_packs.assemble([tmp_path / "part.bin"], tmp_path / "no-dir" / "out.gguf", pack.size, pack.sha256, NAME)
-    assert not (tmp_path / "out.gguf").exists() and gguf_cache_path(pack).name.startswith(NAME)
+    assert not (tmp_path / "out.gguf").exists()

@@ -148,4 +148,5 @@ def _endpoint_problem(remote: RemoteConfig) -> str | None:
             return None
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__  # a timeout has no strerror
-        return f"the engine at {remote.endpoint} does not accept connections ({reason}): is it running there?"
+        return (f"the engine at {remote.endpoint} does not accept connections ({reason}): start it, then change "
+                "the setting again")
