@@ -84,10 +84,11 @@ async def old_settings_back(client: LanguageClient, step: int) -> None:
 async def test_a_model_that_does_not_exist_is_refused_and_the_loaded_models_keep_answering(client, tmp_path):
     await still_answers(client, 0)
     missing = tmp_path / "no-such-model"
-    shown = await one_message(client, {"model": {"target": str(missing)}},
+    shown = await one_message(client, {"model": {"target": str(missing)}, "completion": {"maxNewTokens": 4}},
                               f"not switching to model.target '{missing}'", "does not exist", "still serving with starter")
     assert shown.type == types.MessageType.Warning
-    await still_answers(client, 1)
+    await still_answers(client, 1)  # the change's other settings apply: 4 tokens
+    assert "tokens=4 " in [m.message for m in client.log_messages if "step1.py:9:4 " in m.message][0]
     await old_settings_back(client, 2)
 
 
