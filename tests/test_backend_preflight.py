@@ -37,7 +37,7 @@ def test_local_names_that_name_nothing_are_found_without_loading(tmp_path, monke
     assert "does not exist" in preflight(replace(STARTER, next_edit_model=str(tmp_path / "gone")).backend_config())
     assert preflight(replace(STARTER, model="owner/a-hub-model").backend_config()) is None  # only a download can tell
     monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setitem(model_names.PACKS, "fake-coder", fake_pack())  # neither installed nor converted
+    monkeypatch.setitem(model_names.PACKS, "fake-coder", fake_pack([b"GGUF"]))  # neither installed nor converted
     assert "is not installed" in preflight(replace(STARTER, model="fake-coder").backend_config())
 
 

@@ -1,8 +1,8 @@
 """A broken model cache and two editors on a cold one (issue 53, items 4 and 5), with real processes.
 
-Each case runs :mod:`tests.cache_child` (a small model pack whose GGUF reading gives a tiny random
-Qwen2; assembly, the lock, safetensors, the record and loading are the real code) in a cache of its
-own (``$SPECLSP_CACHE_DIR`` under ``tmp_path``, never the user's): a process killed with SIGKILL while
+Each case runs :mod:`tests.cache_child` (a model pack of a tiny random Qwen2 GGUF file, 2.7 MB in
+three parts; assembly, the lock, the dequantisation, safetensors, the record and loading are the real
+code) in a cache of its own (``$SPECLSP_CACHE_DIR`` under ``tmp_path``, never the user's): a process killed with SIGKILL while
 assembling and while converting, converted weights cut short, an assembled GGUF cut short, a disk
 that fills up (a small tmpfs), and two processes, then two servers, started together.
 """
@@ -23,7 +23,7 @@ from decoding.errors import ModelLoadError
 from decoding.weights import model_packs
 from decoding.weights.gguf_files import pack_gguf_path
 from decoding.weights.gguf_models import MARKER, is_converted
-from tests.cache_child import NAME, PARTS, fake_pack, install_parts
+from tests.cache_child import NAME, fake_pack, install_parts, split, write_tiny_gguf
 from tests.raw_lsp import RawServer, notification
 
 pytestmark = pytest.mark.adversarial
@@ -33,17 +33,30 @@ CHILD = (sys.executable, "-m", "tests.cache_child")
 DEADLINE_S = 120.0  # for one child: it imports torch and transformers (seconds) and converts about 1 MB
 
 
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
+    """The pack's parts: the tiny GGUF file, written once, in three."""
+    return split(write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
+
+
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parts: list[bytes]) -> Path:
     """An empty cache of this test's own, with the fake pack's parts installed beside it."""
-    install_parts(tmp_path / "site")
+    install_parts(tmp_path / "site", parts)
     monkeypatch.setenv("SPECLSP_TEST_SITE", str(tmp_path / "site"))
     monkeypatch.setenv("SPECLSP_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
+def pack_of(cache: Path):
+    """The pack whose parts :func:`cache` installed beside ``cache``."""
+    from tests.cache_child import installed_parts
+
+    return fake_pack(installed_parts(cache.parent / "site"))
+
+
 def model_dir(cache: Path) -> Path:
-    pack = fake_pack()
+    pack = pack_of(cache)
     return cache / "models" / f"{pack.name}-{pack.sha256[:12]}"
 
 
@@ -84,13 +97,13 @@ def test_a_start_killed_while_assembling_is_rebuilt_with_one_message(cache, tmp_
     work = [p for p in (cache / "models").iterdir() if p.is_dir()]
     assert len(work) == 1 and work[0].name.startswith(".fake-coder-"), "the half-assembled file is in a work folder"
     half = work[0] / f"{NAME}.gguf"
-    assert 0 < half.stat().st_size < fake_pack().size
-    assert not is_converted(model_dir(cache), fake_pack().sha256)
+    assert 0 < half.stat().st_size < pack_of(cache).size
+    assert not is_converted(model_dir(cache), pack_of(cache).sha256)
     code, lines = run_child()
     assert code == 0
     rebuilt_with_one_message(lines, "an earlier conversion of fake-coder was interrupted")
     assert not work[0].exists(), "a killed start's work folder is removed"
-    assert is_converted(model_dir(cache), fake_pack().sha256)
+    assert is_converted(model_dir(cache), pack_of(cache).sha256)
 
 
 def test_a_start_killed_while_converting_is_rebuilt_and_unrecorded_weights_never_load(cache, tmp_path):
@@ -104,7 +117,7 @@ def test_a_start_killed_while_converting_is_rebuilt_and_unrecorded_weights_never
     assert code == 0
     rebuilt_with_one_message(lines, f"is unusable: it has no {MARKER}")
     assert not any("was interrupted" in line for line in lines), "one message, not two"
-    assert not work[0].exists() and is_converted(model_dir(cache), fake_pack().sha256)
+    assert not work[0].exists() and is_converted(model_dir(cache), pack_of(cache).sha256)
 
 
 def test_converted_weights_cut_short_are_named_and_converted_again(cache):
@@ -119,16 +132,16 @@ def test_converted_weights_cut_short_are_named_and_converted_again(cache):
     assert weights.stat().st_size == size
 
 
-def test_an_assembled_gguf_cut_short_or_left_half_written_is_assembled_again(cache, monkeypatch):
+def test_an_assembled_gguf_cut_short_or_left_half_written_is_assembled_again(cache, monkeypatch, parts):
     monkeypatch.syspath_prepend(str(cache.parent / "site"))
-    monkeypatch.setitem(model_packs.PACKS, NAME, fake_pack())
+    monkeypatch.setitem(model_packs.PACKS, NAME, pack_of(cache))
     path = pack_gguf_path(NAME)
     with open(path, "r+b") as cut:
         cut.truncate(1000)
     stages: list[str] = []
-    assert pack_gguf_path(NAME, stages.append) == path and path.read_bytes() == b"".join(PARTS)
+    assert pack_gguf_path(NAME, stages.append) == path and path.read_bytes() == b"".join(parts)
     assert stages == [f"the assembled {NAME} in {path} is unusable: it holds 1000 bytes, not the "
-                      f"{fake_pack().size} pinned (cut short or altered); assembling it again"]
+                      f"{pack_of(cache).size} pinned (cut short or altered); assembling it again"]
     path.unlink()
     killed = path.with_name(f".{path.name}.99999")  # a killed assembly's temporary file
     killed.write_bytes(b"GGUF half")
@@ -139,7 +152,7 @@ def test_an_assembled_gguf_cut_short_or_left_half_written_is_assembled_again(cac
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs of 100 KB (smaller than the pack's 144 KB GGUF), unmounted afterwards. Needs root and
+    """A tmpfs of 100 KB (smaller than the pack's 2.7 MB GGUF file), unmounted afterwards. Needs root and
     ``mount``; skipped where mounting is refused."""
     mount_point = tmp_path / "small-disk"
     mount_point.mkdir()
@@ -167,7 +180,7 @@ def test_a_disk_that_fills_while_assembling_or_converting_is_a_clear_error_and_l
     code, lines = run_child(**env)  # 100 KB: the assembled GGUF does not fit
     assert code == 2
     assert_full_disk_error(lines)
-    resize(small_disk, "600k")  # the GGUF fits, the 1.2 MB of weights do not: safetensors hits ENOSPC
+    resize(small_disk, "3m")  # the 2.7 MB GGUF fits, the 1.2 MB of weights do not: safetensors hits ENOSPC
     code, lines = run_child(**env)
     assert code == 2 and any("converting fake-coder" in line for line in lines)
     assert_full_disk_error(lines)
@@ -176,7 +189,7 @@ def test_a_disk_that_fills_while_assembling_or_converting_is_a_clear_error_and_l
     resize(small_disk, "16m")  # space freed: the next start converts and loads
     code, lines = run_child(**env)
     assert code == 0 and lines[-1].startswith("loaded ")
-    assert is_converted(small_disk / "models" / model_dir(cache).name, fake_pack().sha256)
+    assert is_converted(small_disk / "models" / model_dir(cache).name, pack_of(cache).sha256)
 
 
 def test_two_processes_on_a_cold_cache_convert_once_and_the_waiting_one_says_why(cache, tmp_path):
@@ -217,11 +230,11 @@ def test_two_servers_started_together_on_a_cold_cache_convert_once_and_both_answ
             server.close()
 
 
-def test_assembly_errors_keep_reading_and_writing_apart(tmp_path):
-    pack = fake_pack()
+def test_assembly_errors_keep_reading_and_writing_apart(tmp_path, parts):
+    pack = fake_pack(parts)
     with pytest.raises(ModelLoadError, match="cannot read its part"):
         model_packs.assemble([tmp_path / "missing.bin"], tmp_path / "out.gguf", pack.size, pack.sha256, NAME)
-    (tmp_path / "part.bin").write_bytes(b"".join(PARTS))
+    (tmp_path / "part.bin").write_bytes(b"".join(parts))
     with pytest.raises(OSError):  # the caller names its cache and what to do (gguf_models.cache_write_error)
         model_packs.assemble([tmp_path / "part.bin"], tmp_path / "no-dir" / "out.gguf", pack.size, pack.sha256, NAME)
     assert not (tmp_path / "out.gguf").exists()
