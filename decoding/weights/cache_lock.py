@@ -4,6 +4,7 @@
 converting the same model), the waiting process says so through ``on_stage`` (the server's log and
 progress) before it blocks, and again when it gets the lock, so a slow start is never unexplained.
 The lock is an OS file lock (``filelock``): a process that dies, even by SIGKILL, releases it.
+:func:`cache_write_error` is the one error for a cache that cannot be written.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from decoding.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -47,3 +50,10 @@ def tell(on_stage: Callable[[str], None] | None, message: str) -> None:
     log.info("%s", message)
     if on_stage is not None:
         on_stage(message)
+
+
+def cache_write_error(doing: str, where: Path, exc: OSError) -> ModelLoadError:
+    """The error for a cache that cannot be written (unwritable, or a full disk: the 1.5B needs about
+    4.3 GB while converting), naming what to do."""
+    return ModelLoadError(f"cannot {doing} into {where}: {exc.strerror or exc}; free some space or set "
+                          "SPECLSP_CACHE_DIR to a writable directory on another disk")

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 from decoding.errors import ModelLoadError
-from decoding.weights.cache_lock import exclusive, tell
-from decoding.weights.gguf_models import Stage, cache_root, cache_write_error, gguf_sha256, save_tokenizer
+from decoding.weights.cache_lock import cache_write_error, exclusive, tell
+from decoding.weights.gguf_models import Stage, cache_root, gguf_sha256, save_tokenizer
 from decoding.weights.model_packs import PACKS, ModelPack, assemble
 
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from decoding.weights.cache_lock import exclusive
+from decoding.weights.cache_lock import cache_write_error, exclusive
 from decoding.weights.capabilities import MODEL_RECORD
 from decoding.errors import ModelLoadError
 from decoding.weights.model_packs import ModelPack, assemble, file_sha256
@@ -272,13 +272,6 @@ def _sync_tree(directory: Path) -> dict[str, dict]:
         files[path.name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path), "signature": _signature(path)}
     _fsync(directory)
     return files
-
-
-def cache_write_error(doing: str, where: Path, exc: OSError) -> ModelLoadError:
-    """The error for a cache that cannot be written (unwritable, or a full disk: the 1.5B needs about
-    4.3 GB while converting), naming what to do."""
-    return ModelLoadError(f"cannot {doing} into {where}: {exc.strerror or exc}; free some space or set "
-                          "SPECLSP_CACHE_DIR to a writable directory on another disk")
 
 
 def _clear_unusable(final: Path, problem: str, label: str, on_stage: Stage | None) -> None:
