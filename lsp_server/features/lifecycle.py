@@ -7,7 +7,9 @@
 * ``initialized``: models load in the background with work-done progress (``$/progress``) when the
   client supports it (:meth:`lsp_server.server.SpeclspServer.load_models`); requests before they are
   ready get an empty answer. The workspace is indexed meanwhile (:meth:`~lsp_server.server.SpeclspServer.reindex`).
-* ``workspace/didChangeConfiguration``: new settings; a changed model reloads in the background.
+* ``workspace/didChangeConfiguration``: new settings; a changed model reloads in the background. A model
+  or backend that cannot load leaves the loaded one serving, with the last good settings, and says why
+  (:meth:`lsp_server.server.SpeclspServer.switch_backend`, :meth:`~lsp_server.server.SpeclspServer.load_models`).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ async def did_change_configuration(ls: SpeclspServer, params: types.DidChangeCon
     if ls.settings.index_config() != old.index_config():
         asyncio.ensure_future(ls.reindex())
     if ls.settings.backend_config() != old.backend_config():
-        await ls.load_models()
+        await ls.switch_backend(old)
 
 
 async def did_change_workspace_folders(ls: SpeclspServer, params: types.DidChangeWorkspaceFoldersParams) -> None:

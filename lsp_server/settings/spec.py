@@ -10,7 +10,7 @@ naming the new key (:mod:`lsp_server.settings.parse`).
 
 from __future__ import annotations
 
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any
 
 from decoding.types import (
@@ -254,6 +254,13 @@ class Settings:
             remote = RemoteConfig(self.endpoint, self.remote_model, self.api_key_env, self.remote_timeout_seconds)
         return BackendConfig(self.backend, self.engine_config(), remote, self.completion_model, self.next_edit_model)
 
+    def with_backend_of(self, other: Settings) -> Settings:
+        """These settings with every field :meth:`backend_config` reads (:data:`BACKEND_FIELDS`) taken from
+        ``other``: what the server keeps when a new model or backend cannot load (the others apply)."""
+        kept = replace(self, **{name: getattr(other, name) for name in BACKEND_FIELDS})
+        assert kept.backend_config() == other.backend_config(), "BACKEND_FIELDS misses a field backend_config reads"
+        return kept
+
     def index_config(self) -> IndexConfig | None:
         """What the repository index depends on (``None``: no index); a change here re-indexes."""
         if not self.index_enabled:
@@ -323,5 +330,10 @@ BY_OLD_KEY: dict[str, Field] = {old_key(spec): spec for spec in fields(Settings)
 
 #: Settings that run or load code, write files or send code elsewhere (field names): a workspace that is not
 #: trusted may not set them (VS Code's Restricted Mode ignores its workspace values; ``restrictedConfigurations``).
+#: The fields :meth:`Settings.backend_config` reads: a change to one reloads the models or the remote backend.
+BACKEND_FIELDS = ("model", "draft_model", "device", "dtype", "quantization", "trust_remote_code", "engine",
+                  "completion_model", "next_edit_model", "backend", "endpoint", "api_key_env", "remote_model",
+                  "remote_timeout_seconds")
+
 RESTRICTED_SETTINGS = ("model", "draft_model", "next_edit_model", "trust_remote_code", "trace_file", "backend",
                        "endpoint", "api_key_env", "remote_model")
