@@ -18,7 +18,7 @@ import torch
 
 from decoding.engine import Engine
 from decoding.types import EngineConfig
-from decoding.weights.file_pages import file_mappings, release_file_pages
+from decoding.weights.file_pages import file_mappings, release_file_pages, release_tensor_pages
 from decoding.weights.hybrid_linear import HybridLinear, keep_long_pass_weights
 from tests.test_quantization import assert_speculative_equals_plain
 
@@ -121,3 +121,22 @@ def test_an_int8_fp16_hybrid_layer_keeps_its_float16_panels_and_bias_and_compute
     with torch.inference_mode():
         assert torch.equal(model[0](x), by_long_pass)
     assert type(model[1]) is torch.nn.Linear
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_PAGEOUT and /proc are Linux's")
+def test_a_weight_read_from_a_mapped_file_hands_back_its_own_pages_only(tmp_path):
+    path = tmp_path / "model.safetensors"
+    with open(path, "wb") as file:
+        file.write(torch.arange(8 * _MB // 4, dtype=torch.float32).numpy().tobytes())
+        file.flush()
+        os.fsync(file.fileno())
+    mapped = torch.from_file(str(path), shared=False, size=8 * _MB // 4, dtype=torch.float32)
+    first, second = mapped[: 4 * _MB // 4], mapped[4 * _MB // 4:]
+    total = float(first.sum() + second.sum())  # both halves read
+    (start, end), = file_mappings({path})
+    assert _resident_bytes(start, end) >= 8 * _MB - 4096
+    assert release_tensor_pages(first) == 4 * _MB
+    assert 4 * _MB - 4096 <= _resident_bytes(start, end) < 5 * _MB  # the second half stays
+    assert float(first.sum() + second.sum()) == total  # read again from the file
+    assert release_tensor_pages(torch.empty(0)) == 0

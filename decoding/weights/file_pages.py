@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import mmap
 import os
 import sys
 from pathlib import Path
+
+import torch
 
 log = logging.getLogger(__name__)
 
@@ -46,25 +49,48 @@ def file_mappings(paths: set[Path], maps: str = _MAPS) -> list[tuple[int, int]]:
     return ranges
 
 
+def _madvise():
+    """libc's ``madvise`` (argtypes set), or ``None`` off Linux or without it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return madvise
+
+
+def release_tensor_pages(tensor: torch.Tensor) -> int:
+    """Ask the kernel to reclaim the whole pages that ``tensor``'s bytes (a CPU tensor) lie on, for a weight
+    read once from a mapped checkpoint and then replaced (quantised, packed): with the checkpoint still mapped,
+    they would stay resident until loading ends. Pages of memory that is not a file's are kept (no swap).
+    Returns the bytes advised; never raises."""
+    madvise = _madvise()
+    if madvise is None or tensor.device.type != "cpu" or tensor.numel() == 0:
+        return 0
+    page = mmap.PAGESIZE
+    start = tensor.data_ptr()
+    end = start + tensor.numel() * tensor.element_size()
+    start, end = -(-start // page) * page, end // page * page  # whole pages inside the tensor
+    if end <= start:
+        return 0
+    return end - start if madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_PAGEOUT) == 0 else 0
+
+
 def release_file_pages(directory: str | os.PathLike | None, suffix: str = ".safetensors") -> int:
     """Ask the kernel to reclaim the resident pages of this process's mappings of the ``suffix`` files in
     ``directory`` (see the module docstring). Returns the bytes of mappings advised (0: none found, not
     Linux, or refused); never raises."""
-    if directory is None or not sys.platform.startswith("linux"):
+    madvise = _madvise()
+    if directory is None or madvise is None:
         return 0
     try:
         paths = {path for path in Path(directory).iterdir() if path.name.endswith(suffix)}
     except OSError:
         return 0
-    ranges = file_mappings(paths)
-    if not ranges:
-        return 0
-    try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return 0
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     advised = 0
+    ranges = file_mappings(paths)
     for start, end in ranges:
         if madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_PAGEOUT) == 0:
             advised += end - start

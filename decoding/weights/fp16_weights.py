@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from decoding.weights.file_pages import release_tensor_pages
 from decoding.weights.hybrid_linear import HybridLinear
 
 #: Largest magnitude float16 holds; a weight beyond it would saturate (none of the packs' do).
@@ -180,7 +181,10 @@ def make_fp16_weights(model: torch.nn.Module) -> tuple[int, int]:
             continue
         total += 1
         if fits(getattr(parent, name)):
+            original = getattr(parent, name).weight
             setattr(parent, name, Fp16WeightLinear(getattr(parent, name)))
+            release_tensor_pages(original)  # read from the mapped checkpoint; no longer needed
+            del original
             replaced += 1
     widen_to_float32(model)
     return replaced, total

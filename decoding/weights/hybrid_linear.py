@@ -23,6 +23,8 @@ from typing import Callable
 
 import torch
 
+from decoding.weights.file_pages import release_tensor_pages
+
 CALIBRATION_TOKENS = (1, 2, 4, 8, 16, 32)
 _CALIBRATION_ROUNDS = 5
 
@@ -138,6 +140,7 @@ def make_hybrid(model: torch.nn.Module, layer_type: type[HybridLinear], fits: Ca
             if fits(child):
                 hybrid = layer_type(child)
                 setattr(parent, name, hybrid)
+                release_tensor_pages(child.weight)  # read from the mapped checkpoint; no longer needed
                 layers.append(hybrid)
                 replaced += 1
     return replaced, total, calibrate(layers, bounds)
