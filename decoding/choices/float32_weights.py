@@ -28,6 +28,7 @@ import torch
 
 from decoding.choices.figures import FP16_SPEEDUP, LOW_BIT_BOUNDS, cost_key, keep_entry, known_bounds, lookup
 from decoding.weights import fp16_weights, int8_fp16_hybrid
+from decoding.weights.file_pages import release_tensor_pages
 from decoding.weights.hybrid_linear import fastest_low_bit_bound, median_seconds
 
 MIN_STEP_SPEEDUP = 1.1
@@ -52,6 +53,7 @@ def exact_in_fp16(model: torch.nn.Module) -> tuple[int, int]:
             for start in range(0, weight.shape[0], _ROWS_PER_CHECK):
                 rows = weight[start:start + _ROWS_PER_CHECK].to(torch.float32)
                 rounded += int((rows.to(torch.float16).to(torch.float32) != rows).sum())
+            release_tensor_pages(weight)  # read from the mapped checkpoint: read again when packed
     return rounded, total
 
 
