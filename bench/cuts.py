@@ -9,8 +9,8 @@ plain greedy decoding (``none``, run first; without it, the first drafter listed
 what would be inserted: the share of non-empty completions, the share that are non-empty and after whose
 insertion the file still parses (Python's ``ast``; for other languages no ERROR or MISSING node in the
 tree-sitter tree, :mod:`bench.cut_sites`), and the share whose first line equals the removed text's first
-line. One row per language and drafter; with ``--json`` also every cut's package, version, file, line and
-what each drafter inserted.
+line. One row per language and drafter; with ``--json`` also every cut's package, version, file, line, the
+text removed, and per drafter the mode decided, what the model wrote and what would be inserted after trimming.
 
 Corpora (``--corpus``, :mod:`bench.corpus`): ``stdlib`` (the held-out packages of the standard library,
 which real models have seen in training), ``2026`` (files first written in 2026, by their copyright line,
@@ -96,7 +96,8 @@ def _complete_cut(engine, base: Settings, args: argparse.Namespace, document: Do
             "parses": bool(inserted.strip()) and parses(holed.text[:request.offset] + inserted
                                                          + holed.text[request.offset:], document.language_id),
             "first_line_exact": bool(inserted.strip()) and first_line(inserted) == first_line(removed),
-            "inserted": inserted, "removed": removed,
+            "inserted": inserted, "removed": removed, "written": generation.text,
+            "mode": completion.mode.reason, "finish": str(generation.finish_reason),
         }
     return results
 
@@ -169,8 +170,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "run"}
         for record in records:  # timings are in the rows; the per-cut records keep what was inserted
-            record["results"] = {d: {k: r[k] for k in ("non_empty", "parses", "first_line_exact", "inserted",
-                                                       "removed")} for d, r in record["results"].items()}
+            record["results"] = {d: {k: r[k] for k in ("non_empty", "parses", "first_line_exact", "mode", "finish",
+                                                       "written", "inserted", "removed")}
+                                 for d, r in record["results"].items()}
         print(json.dumps({"settings": settings, "models": models, "rows": summary, "cuts": records}, indent=2))
     else:
         print_table(summary, models, args, drafters[0])

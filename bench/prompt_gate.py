@@ -191,12 +191,14 @@ def run(args: argparse.Namespace) -> int:
                         break
                     anchor = holed.text.rfind("\n", 0, anchor - 1) + 1
                 sources.anchors.place(holed.uri, holed.text, anchor, request.offset)
-            inserted = complete(backend, request, sources=sources).insert_text
+            completion = complete(backend, request, sources=sources)
+            inserted = completion.insert_text
             row[variant] = {
                 "first_line_exact": bool(inserted.strip()) and first_line(inserted) == first_line(removed),
                 "parses": bool(inserted.strip()) and parses(holed.text[:request.offset] + inserted
                                                              + holed.text[request.offset:], document.language_id),
-                "text": inserted if args.show_text else None}
+                "text": inserted if args.show_text else None,
+                "written": completion.generation.text if args.show_text else None}
         rows.append(row)
         print(f"cut {index + 1}/{len(cuts)} {row['language']} {kind}: " + " ".join(
             f"{v} {row[v]['first_line_exact']:d}" for v in (base, *candidates)), file=sys.stderr)
