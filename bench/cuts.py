@@ -51,6 +51,11 @@ from lsp_server.request import resolve_request
 from lsp_server.settings import Settings
 
 
+#: what each cut's record keeps per drafter (timings are in the rows)
+_RECORDED = ("non_empty", "parses", "empty_parses", "first_line_exact", "mode", "finish", "written", "inserted",
+             "removed")
+
+
 def cut_points(count: int, seed: int, corpus: str = "stdlib", corpus_dir: Path = DEFAULT_CORPUS_DIR,
                fetch_missing: bool = False) -> list[tuple[Document, types.Position]]:
     """``count`` (document, cursor) pairs at the indentation of code lines inside files of ``corpus`` (one
@@ -75,6 +80,7 @@ def _complete_cut(engine, base: Settings, args: argparse.Namespace, document: Do
     """Every drafter's completion of one cut (plain decoding first: the reference), timed and scored."""
     codec = codec_for(types.PositionEncodingKind.Utf32)
     holed, removed = cut_hole(document, position, codec, args.cut_lines)
+    empty_parses = parses(holed.text, document.language_id)  # the hole left empty: does the file parse?
     reference, results = None, {}
     for drafter in drafters:  # interleaved: every drafter completes this cut before the next cut
         engine.reset_caches()
@@ -97,7 +103,7 @@ def _complete_cut(engine, base: Settings, args: argparse.Namespace, document: Do
                                                          + holed.text[request.offset:], document.language_id),
             "first_line_exact": bool(inserted.strip()) and first_line(inserted) == first_line(removed),
             "inserted": inserted, "removed": removed, "written": generation.text,
-            "mode": completion.mode.reason, "finish": str(generation.finish_reason),
+            "mode": completion.mode.reason, "finish": str(generation.finish_reason), "empty_parses": empty_parses,
         }
     return results
 
@@ -113,6 +119,7 @@ def summarize(language: str, drafter: str, results: list[dict]) -> dict:
         "non_empty": round(statistics.mean(r["non_empty"] for r in results), 3),
         "parses": round(statistics.mean(r["parses"] for r in results), 3),
         "first_line_exact": round(statistics.mean(r["first_line_exact"] for r in results), 3),
+        "parses_left_empty": round(statistics.mean(r["empty_parses"] for r in results), 3),
         "latency_ms_p50": round(statistics.median(latencies), 1),
         "latency_ms_p95": round(latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))], 1),
         "tokens": tokens,
@@ -129,12 +136,13 @@ def print_table(summary: list[dict], models: dict, args: argparse.Namespace, ref
     """The per-language, per-drafter table as text."""
     print(f"target {models['target']}, draft {models['draft']}, {models['dtype']} on {models['device']}; "
           f"corpus {args.corpus}, {args.cuts} cuts per corpus; reference for 'identical': {reference}")
-    header = ["language", "drafter", "cuts", "non-empty", "parses", "1st line exact", "tokens/pass", "acceptance",
-              "decode tok/s", "total tok/s", "latency p50/p95 ms", "identical"]
+    header = ["language", "drafter", "cuts", "non-empty", "parses", "parses left empty", "1st line exact",
+              "tokens/pass", "acceptance", "decode tok/s", "total tok/s", "latency p50/p95 ms", "identical"]
     print(" | ".join(header))
     for row in summary:
         print(f"{row['language']} | {row['drafter']} | {row['cuts']} | {row['non_empty']:.2f} | {row['parses']:.2f} | "
-              f"{row['first_line_exact']:.2f} | {row['tokens_per_pass']:.2f} | {row['acceptance_rate']:.2f} | "
+              f"{row['parses_left_empty']:.2f} | {row['first_line_exact']:.2f} | {row['tokens_per_pass']:.2f} | "
+              f"{row['acceptance_rate']:.2f} | "
               f"{row['decode_tokens_per_s']:.1f} | {row['total_tokens_per_s']:.1f} | "
               f"{row['latency_ms_p50']:.0f}/{row['latency_ms_p95']:.0f} | {row['identical_to_reference']}")
 
@@ -170,9 +178,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "run"}
         for record in records:  # timings are in the rows; the per-cut records keep what was inserted
-            record["results"] = {d: {k: r[k] for k in ("non_empty", "parses", "first_line_exact", "mode", "finish",
-                                                       "written", "inserted", "removed")}
-                                 for d, r in record["results"].items()}
+            record["results"] = {d: {k: r[k] for k in _RECORDED} for d, r in record["results"].items()}
         print(json.dumps({"settings": settings, "models": models, "rows": summary, "cuts": records}, indent=2))
     else:
         print_table(summary, models, args, drafters[0])
