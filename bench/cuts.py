@@ -157,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
     # Plain decoding first: it is the reference every other drafter must equal.
     drafters = (["none"] if "none" in drafters else []) + [d for d in drafters if d != "none"]
     # every cut is a cold document: the whole prompt, not one cut for time (completion.coldPromptMs)
-    base = Settings(model=args.model, draft_model=args.draft_model, dtype=args.dtype, cold_prompt_ms=0)
+    base = Settings(model=args.model, draft_model=args.draft_model, dtype=args.dtype, cold_prompt_ms=0,
+                    **({} if args.time_budget_ms is None else {"time_budget_ms": args.time_budget_ms}))
     points = [point for corpus in corpus_names(args.corpus)
               for point in cut_points(args.cuts, args.seed, corpus, args.corpus_dir, args.fetch)]
     engine = Engine.load(base.engine_config())
@@ -206,6 +207,9 @@ def add_parser(kinds) -> None:
     cuts.add_argument("--draft-min-confidence", type=float, default=0.0,
                       help="the draft model stops at a token it gives less probability than this")
     cuts.add_argument("--drafters", default="none,ngram,model,auto")
+    cuts.add_argument("--time-budget-ms", type=int, default=None,
+                      help="completion.timeBudgetMs (default: the setting's, as served: past it an answer ends at its "
+                           "next line end); 0: off, the whole answer")
     cuts.add_argument("--seed", type=int, default=0)
     cuts.add_argument("--json", action="store_true")
     cuts.set_defaults(run=run)
