@@ -11,10 +11,12 @@
 from __future__ import annotations
 
 import ast
+import platform
+from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from bench.corpus import corpus_files, corpus_names, language_of
+from bench.corpus import corpus_files, corpus_names, language_of, stdlib_root
 from bench.corpus_fetch import DEFAULT_CORPUS_DIR, provenance
 from lsp_server.workspace.documents import Document
 from lsp_server.workspace.syntax import error_count, parser_for
@@ -75,6 +77,28 @@ def source_documents(corpus: str, corpus_dir: Path = DEFAULT_CORPUS_DIR, fetch_m
 
 
 def describe(document: Document, corpus_dir: Path = DEFAULT_CORPUS_DIR) -> dict:
-    """``language``, ``package``, ``version`` and ``file`` of a corpus document (for every record)."""
+    """``language``, ``package``, ``version`` and ``file`` of a corpus document (for every record): a
+    2026-* corpus file by the manifest, an installed package's file by its distribution, a standard-library
+    file as ``python`` at the interpreter's version; else the path alone."""
     path = Path(unquote(urlparse(document.uri).path))
-    return {"language": document.language_id, **provenance(path, corpus_dir)}
+    found = provenance(path, corpus_dir)
+    if "package" not in found:
+        found = _installed(path)
+    return {"language": document.language_id, **found}
+
+
+def _installed(path: Path) -> dict:
+    """Package, version and file of a file in site-packages or the standard library."""
+    parts = path.parts
+    if "site-packages" in parts:
+        rest = parts[parts.index("site-packages") + 1:]
+        try:
+            version = metadata.version(rest[0])
+        except metadata.PackageNotFoundError:
+            version = ""
+        return {"package": rest[0], "version": version, "file": "/".join(rest)}
+    try:
+        return {"package": "python", "version": platform.python_version(),
+                "file": path.relative_to(stdlib_root()).as_posix()}
+    except ValueError:
+        return {"file": str(path)}

@@ -139,6 +139,11 @@ def summarize(rows: list[dict], base: str, candidate: str) -> dict:
     return {"languages": per_language, "losing_languages": losing, "gate_passes": not losing}
 
 
+def _place(row: dict) -> tuple:
+    """Where a cut is: kind, file name, line, column (rows before 2026-12-07 name the file alone)."""
+    return row["kind"], Path(row["file"]).name, row["line"], row["column"]
+
+
 def resumed_rows(args: argparse.Namespace) -> list[dict]:
     """The rows of an earlier ``--rows`` output (``--resume FILE``) run with the same settings but
     ``--cuts``: the cuts of one seed come in the same order, so a longer run only adds cuts.
@@ -174,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         row = {"kind": kind, **describe(document, args.corpus_dir), "line": position.line + 1,
                "column": position.character}
         if index < len(rows):  # resumed: the same cut, already scored
-            if {k: rows[index][k] for k in row} != row:
+            if _place(rows[index]) != _place(row):
                 raise SystemExit(f"--resume: cut {index + 1} differs from the earlier run's ({rows[index]})")
             continue
         holed, removed = cut_hole(document, position, codec, args.cut_lines)

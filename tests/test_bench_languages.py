@@ -12,7 +12,7 @@ import tarfile
 
 import pytest
 
-from bench.corpus import corpus_files, corpus_names, language_of
+from bench.corpus import corpus_files, corpus_names, language_of, stdlib_root
 from bench.corpus_fetch import (
     CorpusError,
     EXTENSION_LANGUAGES,
@@ -22,7 +22,8 @@ from bench.corpus_fetch import (
     package_dir,
     provenance,
 )
-from bench.cut_sites import is_cut_line, parses
+from bench.cut_sites import describe, is_cut_line, parses
+from lsp_server.workspace.documents import Document
 from bench.prompt_gate import summarize
 
 pytestmark = pytest.mark.unit
@@ -71,6 +72,12 @@ def test_fetch_checks_the_hash_and_extracts_only_the_named_files(tmp_path):
                                                 "file": "package/src/index.ts"}
     tarball.unlink()  # fetched once: a second fetch reads nothing
     assert fetch("2026-ts", corpus_dir, manifest) == paths
+    document = Document(paths[0].as_uri(), "", 0, "typescript")  # a record names package, version and file
+    assert describe(document, corpus_dir) == {"language": "typescript", "package": "@scope/pkg", "version": "1.0.0",
+                                              "file": "package/src/index.ts"}
+    stdlib = Document((stdlib_root() / "json" / "decoder.py").as_uri(), "", 0, "python")
+    assert describe(stdlib, corpus_dir) | {"version": ""} == {"language": "python", "package": "python",
+                                                              "version": "", "file": "json/decoder.py"}
 
 
 def test_a_tarball_whose_hash_differs_is_refused_and_nothing_is_extracted(tmp_path):
