@@ -146,18 +146,19 @@ def _place(row: dict) -> tuple:
 
 def resumed_rows(args: argparse.Namespace) -> list[dict]:
     """The rows of an earlier ``--rows`` output (``--resume FILE``) run with the same settings but
-    ``--cuts``: the cuts of one seed come in the same order, so a longer run only adds cuts.
+    ``--cuts``: the cuts of one seed come in the same order in each corpus, so a longer run only adds cuts;
+    the run takes an earlier row where a cut's place (:func:`_place`) matches.
 
     Raises:
         SystemExit: the file has no rows, or other settings.
     """
     earlier = json.loads(args.resume.read_text())
-    ignored = ("cuts", "rows", "show_text", "resume", "corpus_dir", "fetch")
+    ignored = ("cuts", "rows", "show_text", "resume", "corpus_dir", "fetch", "argv")
     same = {k: v for k, v in earlier["settings"].items() if k not in ignored}
     now = {k: v for k, v in vars(args).items() if k in same}
     if "rows" not in earlier or same != now:
         raise SystemExit(f"--resume needs an earlier --rows output with the same settings: {same} against {now}")
-    return earlier["rows"][: args.cuts]
+    return earlier["rows"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -170,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
                         max_new_tokens=args.max_new_tokens, time_budget_ms=0, cold_prompt_ms=0)
     engine = Engine.load(settings.engine_config())
     backend = as_backend(engine)
-    rows = resumed_rows(args) if args.resume else []
+    earlier = {_place(row): row for row in resumed_rows(args)} if args.resume else {}
+    rows = []
     kinds = tuple(args.kinds.split(","))
     if set(kinds) - set(KINDS) or set(args.variants.split(",")) - set(VARIANTS) or not candidates:
         raise SystemExit(f"--kinds takes {', '.join(KINDS)}; --variants takes {', '.join(VARIANTS)}")
@@ -178,9 +180,8 @@ def run(args: argparse.Namespace) -> int:
     for index, (kind, document, position) in enumerate(cuts):
         row = {"kind": kind, **describe(document, args.corpus_dir), "line": position.line + 1,
                "column": position.character}
-        if index < len(rows):  # resumed: the same cut, already scored
-            if _place(rows[index]) != _place(row):
-                raise SystemExit(f"--resume: cut {index + 1} differs from the earlier run's ({rows[index]})")
+        if _place(row) in earlier:  # resumed: the same cut, already scored
+            rows.append(earlier[_place(row)])
             continue
         holed, removed = cut_hole(document, position, codec, args.cut_lines)
         for variant in (base, *candidates):

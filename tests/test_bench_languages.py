@@ -156,3 +156,19 @@ def test_the_gate_refuses_a_change_that_loses_in_one_language():
     assert not verdict["languages"]["typescript"]["gate_passes"]  # ... but does in TypeScript
     assert verdict["losing_languages"] == ["typescript"] and verdict["gate_passes"] is False
     assert summarize(python + [{**r, "b": same} for r in typescript], "a", "b")["gate_passes"]
+
+
+def test_a_resumed_gate_takes_earlier_rows_by_place_across_corpora(tmp_path):
+    import argparse
+
+    from bench.prompt_gate import _place, resumed_rows
+
+    settings = {"corpus": "2026,2026-ts", "seed": 0, "variants": "a,b", "cuts": 12, "rows": True}
+    old = {"kind": "mid_line", "file": "handler.ts", "line": 3, "column": 4}  # rows before 2026-12-07: a name
+    earlier = tmp_path / "gate.json"
+    earlier.write_text(json.dumps({"settings": settings, "rows": [old]}))
+    args = argparse.Namespace(**{**settings, "cuts": 24, "resume": earlier, "fetch": True, "corpus_dir": tmp_path})
+    assert resumed_rows(args) == [old]
+    assert _place({**old, "file": "package/src/matrix/monitor/handler.ts", "language": "typescript"}) == _place(old)
+    with pytest.raises(SystemExit, match="same settings"):
+        resumed_rows(argparse.Namespace(**{**vars(args), "seed": 1}))
