@@ -6,7 +6,12 @@
 * ``2026``: files first written in 2026, by their copyright line, of the installed transformers and
   huggingface_hub, outside ``transformers/models`` whose model files copy each other: code the
   Qwen2.5-Coder models, trained in 2024, cannot have seen.
+* ``2026-ts``, ``2026-js``, ``2026-rust``: TypeScript, JavaScript and Rust files of packages first released
+  in 2026, pinned in ``bench/data/corpora-2026.json`` and fetched into a corpus directory on request
+  (:mod:`bench.corpus_fetch`). Several corpora are named with commas: ``2026,2026-ts,2026-js,2026-rust``.
 * Any directory of ``.py`` files.
+
+A file's language (an LSP language id) follows from its extension: :func:`language_of`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import os
 import re
 import sysconfig
 from pathlib import Path
+
+from bench.corpus_fetch import DEFAULT_CORPUS_DIR, EXTENSION_LANGUAGES, fetch, load_manifest, manifest_files
 
 DEFAULT_HELD_OUT = ("json", "email")  # top-level standard-library packages kept out of training
 #: Directories never read: tests, vendored or generated code, the IDE.
@@ -70,13 +77,32 @@ def rename_identifier(text: str, name: str, new_name: str) -> str:
     return re.sub(rf"\b{re.escape(name)}\b", new_name, text)
 
 
-def corpus_files(corpus: str) -> list[Path]:
-    """The ``.py`` files of a corpus (``stdlib``: the held-out packages, ``2026`` or a directory; see the
-    module docstring), sorted.
+def language_of(path: Path) -> str:
+    """The LSP language id of a source file, by its extension (``python`` for an unknown one)."""
+    return EXTENSION_LANGUAGES.get(path.suffix.lower(), "python")
 
+
+def corpus_names(corpora: str) -> list[str]:
+    """The corpora of a comma-separated ``--corpus`` value, in order, each once."""
+    names = list(dict.fromkeys(name.strip() for name in corpora.split(",") if name.strip()))
+    if not names:
+        raise ValueError("--corpus names no corpus")
+    return names
+
+
+def corpus_files(corpus: str, corpus_dir: Path = DEFAULT_CORPUS_DIR, fetch_missing: bool = False) -> list[Path]:
+    """The files of a corpus (``stdlib``: the held-out packages, ``2026``, a manifest corpus such as
+    ``2026-ts``, or a directory of ``.py`` files; see the module docstring), sorted.
+
+    Args:
+        corpus_dir: where manifest corpora are extracted.
+        fetch_missing: download a manifest corpus that is not there yet (the only network use).
     Raises:
-        ValueError: an unknown corpus, or one with no files.
+        ValueError: an unknown corpus, one with no files, or a manifest corpus not fetched
+            (:class:`bench.corpus_fetch.CorpusError`).
     """
+    if corpus in load_manifest():
+        return fetch(corpus, corpus_dir) if fetch_missing else manifest_files(corpus, corpus_dir)
     if corpus == "stdlib":
         return stdlib_files(DEFAULT_HELD_OUT, want_held_out=True)
     if corpus == "2026":
@@ -93,7 +119,8 @@ def corpus_files(corpus: str) -> list[Path]:
     else:
         root = Path(corpus).expanduser()
         if not root.is_dir():
-            raise ValueError(f"--corpus must be stdlib, 2026 or a directory of .py files; {corpus!r} is none of them")
+            raise ValueError(f"--corpus must be stdlib, 2026, {', '.join(load_manifest())} or a directory of .py files; "
+                             f"{corpus!r} is none of them")
         paths = sorted(root.rglob("*.py"))
     if not paths:
         raise ValueError(f"corpus {corpus!r} has no .py files here")

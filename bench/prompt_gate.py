@@ -1,11 +1,13 @@
 """``speclsp bench prompt-gate``: a paired quality comparison of two prompt variants on the same cuts.
 
 A prompt change becomes the default only if it does not lose quality: on cuts of code the models never
-saw (``--corpus 2026``), every cut is completed with both variants, and per cut the difference of two
-scores is taken: first line exact (the completion's first line equals the rest of the cut line) and
-parses (the file with the completion inserted is valid Python). Reported per cursor kind and overall: each
-variant's share, the mean paired difference and its 95% interval (normal approximation over the per-cut
-differences). The gate passes when the interval's lower end is above ``-0.02`` on both scores.
+saw (``--corpus 2026``, and per language ``--corpus 2026,2026-ts,2026-js,2026-rust``), every cut is
+completed with both variants, and per cut the difference of two scores is taken: first line exact (the
+completion's first line equals the rest of the cut line) and parses (the file with the completion inserted
+is valid code: Python's ``ast``, or no tree-sitter ERROR/MISSING node, :mod:`bench.cut_sites`). Reported per
+language, per cursor kind and overall: each variant's share, the mean paired difference and its 95% interval
+(normal approximation over the per-cut differences). A language passes when the interval's lower end is
+above ``-0.02`` on both scores; the gate passes only when every language measured passes.
 
 Cursor kinds, each at a code line of a file that parses; the rest of the line and the next
 ``--cut-lines - 1`` lines are removed (what a typist has not written yet):
@@ -36,8 +38,9 @@ from pathlib import Path
 
 from lsprotocol import types
 
-from bench.corpus import corpus_files
-from bench.cuts import first_line, parses
+from bench.corpus import corpus_names
+from bench.corpus_fetch import DEFAULT_CORPUS_DIR
+from bench.cut_sites import describe, first_line, is_cut_line, parses, source_documents
 from lsp_server.cli import cut_hole
 from lsp_server.model.completer import complete
 from lsp_server.model.draft_sources import DraftSources
@@ -75,31 +78,26 @@ def _columns(line: str, kind: str) -> list[int]:
 
 
 def gate_cuts(count: int, seed: int, corpus: str, kinds: tuple[str, ...] = KINDS,
+              corpus_dir: Path = DEFAULT_CORPUS_DIR, fetch_missing: bool = False,
               ) -> list[tuple[str, Document, types.Position]]:
-    """``count`` (kind, document, cursor) triples, ``kinds`` in turn, chosen with ``seed``."""
-    rng = random.Random(seed)
-    candidates: dict[str, list] = {kind: [] for kind in KINDS}
-    for path in corpus_files(corpus):
-        try:
-            text = path.read_text(encoding="utf-8").replace("\r\n", "\n")
-        except (UnicodeDecodeError, OSError):
-            continue
-        if not parses(text):
-            continue
-        document = Document(path.as_uri(), text, 0, "python")
-        for number, line in enumerate(text.split("\n")):
-            stripped = line.strip()
-            if not line.startswith(" ") or not stripped or stripped.startswith(("#", '"', "'", ")", "]", "}")):
-                continue
-            for kind in KINDS:
-                columns = _columns(line, kind)
-                if columns:
-                    candidates[kind].append((document, number, columns))
+    """``count`` (kind, document, cursor) triples from each corpus of the comma-separated ``corpus``,
+    ``kinds`` in turn, chosen with ``seed``; documents carry their language id."""
     chosen = []
-    for index in range(count):
-        kind = kinds[index % len(kinds)]
-        document, number, columns = rng.choice(candidates[kind])
-        chosen.append((kind, document, types.Position(line=number, character=rng.choice(columns))))
+    for name in corpus_names(corpus):
+        rng = random.Random(seed)
+        candidates: dict[str, list] = {kind: [] for kind in KINDS}
+        for document in source_documents(name, corpus_dir, fetch_missing):
+            for number, line in enumerate(document.text.split("\n")):
+                if not is_cut_line(line, document.language_id):
+                    continue
+                for kind in KINDS:
+                    columns = _columns(line, kind)
+                    if columns:
+                        candidates[kind].append((document, number, columns))
+        for index in range(count):
+            kind = kinds[index % len(kinds)]
+            document, number, columns = rng.choice(candidates[kind])
+            chosen.append((kind, document, types.Position(line=number, character=rng.choice(columns))))
     return chosen
 
 
@@ -110,8 +108,9 @@ def interval(differences: list[float]) -> tuple[float, float, float]:
     return round(mean, 4), round(mean - 1.96 * spread, 4), round(mean + 1.96 * spread, 4)
 
 
-def summarize(rows: list[dict], base: str, candidate: str) -> dict:
-    """Per kind and overall: each variant's share of both scores, the paired difference and its interval."""
+def summarize_language(rows: list[dict], base: str, candidate: str) -> dict:
+    """Per kind and overall, for the rows of one language: each variant's share of both scores, the paired
+    difference and its interval; ``gate_passes``: no loss beyond ``GATE`` on either score."""
     out = {}
     for kind in (*KINDS, "all"):
         chosen = [r for r in rows if kind == "all" or r["kind"] == kind]
@@ -129,19 +128,37 @@ def summarize(rows: list[dict], base: str, candidate: str) -> dict:
     return out
 
 
+def summarize(rows: list[dict], base: str, candidate: str) -> dict:
+    """Per language (a row without one is Python) :func:`summarize_language`; the candidate is adopted
+    (``gate_passes``) only if it does not lose in any language measured; ``losing_languages`` names those
+    where it does."""
+    languages = list(dict.fromkeys(r.get("language", "python") for r in rows))
+    per_language = {language: summarize_language([r for r in rows if r.get("language", "python") == language],
+                                                 base, candidate) for language in languages}
+    losing = [language for language, entry in per_language.items() if not entry["gate_passes"]]
+    return {"languages": per_language, "losing_languages": losing, "gate_passes": not losing}
+
+
+def _place(row: dict) -> tuple:
+    """Where a cut is: kind, file name, line, column (rows before 2026-12-07 name the file alone)."""
+    return row["kind"], Path(row["file"]).name, row["line"], row["column"]
+
+
 def resumed_rows(args: argparse.Namespace) -> list[dict]:
     """The rows of an earlier ``--rows`` output (``--resume FILE``) run with the same settings but
-    ``--cuts``: the cuts of one seed come in the same order, so a longer run only adds cuts.
+    ``--cuts``: the cuts of one seed come in the same order in each corpus, so a longer run only adds cuts;
+    the run takes an earlier row where a cut's place (:func:`_place`) matches.
 
     Raises:
         SystemExit: the file has no rows, or other settings.
     """
     earlier = json.loads(args.resume.read_text())
-    same = {k: v for k, v in earlier["settings"].items() if k not in ("cuts", "rows", "show_text", "resume")}
+    ignored = ("cuts", "rows", "show_text", "resume", "corpus_dir", "fetch", "argv")
+    same = {k: v for k, v in earlier["settings"].items() if k not in ignored}
     now = {k: v for k, v in vars(args).items() if k in same}
     if "rows" not in earlier or same != now:
         raise SystemExit(f"--resume needs an earlier --rows output with the same settings: {same} against {now}")
-    return earlier["rows"][: args.cuts]
+    return earlier["rows"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,16 +171,17 @@ def run(args: argparse.Namespace) -> int:
                         max_new_tokens=args.max_new_tokens, time_budget_ms=0, cold_prompt_ms=0)
     engine = Engine.load(settings.engine_config())
     backend = as_backend(engine)
-    rows = resumed_rows(args) if args.resume else []
+    earlier = {_place(row): row for row in resumed_rows(args)} if args.resume else {}
+    rows = []
     kinds = tuple(args.kinds.split(","))
     if set(kinds) - set(KINDS) or set(args.variants.split(",")) - set(VARIANTS) or not candidates:
         raise SystemExit(f"--kinds takes {', '.join(KINDS)}; --variants takes {', '.join(VARIANTS)}")
-    for index, (kind, document, position) in enumerate(gate_cuts(args.cuts, args.seed, args.corpus, kinds)):
-        row = {"kind": kind, "file": document.uri.rsplit("/", 2)[-1], "line": position.line + 1,
+    cuts = gate_cuts(args.cuts, args.seed, args.corpus, kinds, args.corpus_dir, args.fetch)
+    for index, (kind, document, position) in enumerate(cuts):
+        row = {"kind": kind, **describe(document, args.corpus_dir), "line": position.line + 1,
                "column": position.character}
-        if index < len(rows):  # resumed: the same cut, already scored
-            if {k: rows[index][k] for k in row} != row:
-                raise SystemExit(f"--resume: cut {index + 1} differs from the earlier run's ({rows[index]})")
+        if _place(row) in earlier:  # resumed: the same cut, already scored
+            rows.append(earlier[_place(row)])
             continue
         holed, removed = cut_hole(document, position, codec, args.cut_lines)
         for variant in (base, *candidates):
@@ -179,16 +197,18 @@ def run(args: argparse.Namespace) -> int:
                         break
                     anchor = holed.text.rfind("\n", 0, anchor - 1) + 1
                 sources.anchors.place(holed.uri, holed.text, anchor, request.offset)
-            inserted = complete(backend, request, sources=sources).insert_text
+            completion = complete(backend, request, sources=sources)
+            inserted = completion.insert_text
             row[variant] = {
                 "first_line_exact": bool(inserted.strip()) and first_line(inserted) == first_line(removed),
                 "parses": bool(inserted.strip()) and parses(holed.text[:request.offset] + inserted
-                                                             + holed.text[request.offset:]),
-                "text": inserted if args.show_text else None}
+                                                             + holed.text[request.offset:], document.language_id),
+                "text": inserted if args.show_text else None,
+                "written": completion.generation.text if args.show_text else None}
         rows.append(row)
-        print(f"cut {index + 1}/{args.cuts} {kind}: " + " ".join(
+        print(f"cut {index + 1}/{len(cuts)} {row['language']} {kind}: " + " ".join(
             f"{v} {row[v]['first_line_exact']:d}" for v in (base, *candidates)), file=sys.stderr)
-    result = {"settings": {k: v if k != "resume" else str(v) for k, v in vars(args).items() if k != "run"},
+    result = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "run"},
               "target": engine.target.name,
               "dtype": str(engine.target.model.dtype),
               "summary": {candidate: summarize(rows, base, candidate) for candidate in candidates}}
@@ -201,11 +221,17 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(kinds) -> None:
     """Register ``speclsp bench prompt-gate``."""
     gate = kinds.add_parser("prompt-gate", help="paired quality comparison of two prompt variants on the same cuts")
-    gate.add_argument("--corpus", default="2026", help="2026 (code written after the models' training), stdlib "
-                                                       "or a directory of .py files")
+    gate.add_argument("--corpus", default="2026",
+                      help="2026 (Python written after the models' training), 2026-ts, 2026-js, 2026-rust "
+                           "(bench/data/corpora-2026.json), stdlib or a directory of .py files; several with commas: "
+                           "--cuts cuts from each, and the gate passes only if no language loses")
+    gate.add_argument("--corpus-dir", type=Path, default=DEFAULT_CORPUS_DIR,
+                      help="where the 2026-* corpora are extracted")
+    gate.add_argument("--fetch", action="store_true",
+                      help="download a 2026-* corpus missing from --corpus-dir (npm registry, PyPI; hash checked)")
     gate.add_argument("--model", default="qwen2.5-coder-0.5b")
     gate.add_argument("--dtype", default="auto")
-    gate.add_argument("--cuts", type=int, default=120, help="cuts in all, the cursor kinds in turn")
+    gate.add_argument("--cuts", type=int, default=120, help="cuts per corpus, the cursor kinds in turn")
     gate.add_argument("--cut-lines", type=int, default=3)
     gate.add_argument("--max-new-tokens", type=int, default=48)
     gate.add_argument("--variants", default="psm,psm_healed", help=f"BASE,CANDIDATE[,...] of {', '.join(VARIANTS)}")

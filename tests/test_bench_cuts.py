@@ -30,7 +30,7 @@ def test_cut_points_are_in_files_that_parse_and_unknown_corpora_are_refused(tmp_
     assert {p[0].uri.rsplit("/", 1)[-1] for p in points} == {"ok.py"}
     with pytest.raises(ValueError, match="fewer than --cuts"):
         cut_points(3, seed=0, corpus=str(tmp_path))
-    with pytest.raises(ValueError, match="stdlib, 2026 or a directory"):
+    with pytest.raises(ValueError, match="stdlib, 2026, .* or a directory"):
         corpus_files(str(tmp_path / "nowhere"))
 
 

@@ -43,7 +43,8 @@ def test_the_gate_interval_and_its_verdict():
     worse = [{"kind": "mid_token", "a": same, "b": {"first_line_exact": i % 4 != 0, "parses": True}}
              for i in range(200)]
     verdict = summarize(worse, "a", "b")
-    assert not verdict["gate_passes"] and verdict["mid_token"]["first_line_exact"]["difference"][0] == -0.25
+    assert not verdict["gate_passes"] and verdict["losing_languages"] == ["python"]  # rows without a language
+    assert verdict["languages"]["python"]["mid_token"]["first_line_exact"]["difference"][0] == -0.25
 
 
 def test_server_memory_reads_this_process_and_none_for_a_process_that_is_gone():
