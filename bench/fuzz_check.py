@@ -22,6 +22,7 @@ Reference answers are kept by (text, cursor, trigger, settings), so a repeated s
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -169,7 +170,9 @@ class Checker:
         key = (asked.uri, asked.language, asked.text, asked.offset, asked.automatic, asked.settings)
         if key not in self._memo:
             self.counts["reference_calls"] += 1
+            started = time.monotonic()
             self._memo[key] = self._ask_reference(asked)
+            self.counts["reference_ms"] += round(1000 * (time.monotonic() - started))
         return self._memo[key]
 
     def _ask_reference(self, asked: Asked) -> tuple[str, int] | None:

@@ -29,7 +29,7 @@ from bench.fuzz_peer import Peer, utf16_position
 
 #: The fuzzed server's and the reference's settings before any configuration change.
 BASE_OPTIONS = {"model.target": "starter", "model.draft": "starter-draft", "model.dtype": "float32",
-                "model.quantization": "none", "completion.model": "target", "decoding.drafter": "ngram",
+                "model.quantization": "none", "completion.model": "draft", "decoding.drafter": "ngram",
                 "index.enabled": False, "completion.timeBudgetMs": 0, "completion.answerByMs": 0,
                 "completion.coldPromptMs": 0, "completion.promptLayout": "psm", "completion.maxNewTokens": 16,
                 "nextEdit.regionLines": 8, "nextEdit.maxNewTokens": 160}
@@ -47,7 +47,7 @@ SEED_TEXTS = {
 PASTES = ("def scale(self, factor):\n    return Point(self.x * factor, self.y * factor)\n",
           "for name in os.listdir(path):\n    print(name)\n", "    # caf\u00e9 \U0001d518nicode\n", "x = [1, 2, 3]\n")
 KEYS = "abcdefghijklmnopqrstuvwxyz_____(),.:= \n\n    \u00e9"
-MAX_CHARS = 1500  # a document longer than this loses a piece (prompts stay cheap)
+MAX_CHARS = 1000  # a document longer than this loses a piece (prompts stay cheap)
 PAUSE_AFTER_REQUEST = 0.3  # how often the client waits for an inline answer before its next step
 ANSWER_DEADLINE_S = 60.0  # a request unanswered this long is a crash
 #: (action, weight): how often each step does what.
@@ -213,7 +213,9 @@ class Fuzz:
             "context": {"triggerKind": 2 if automatic else 1}})
         self.pending[msg_id] = (asked, time.monotonic())
         if self.rng.random() < PAUSE_AFTER_REQUEST:  # the user pauses: the answer comes before the next key
+            started = time.monotonic()
             self.server.wait(msg_id, ANSWER_DEADLINE_S)
+            self.checker.counts["paused_ms"] += round(1000 * (time.monotonic() - started))
             self.collect()
 
     def _inline_auto(self) -> None:
