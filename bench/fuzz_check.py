@@ -16,12 +16,15 @@ against what the client believed the document held when it asked.
 * A **crash**: the server exits, or a request goes unanswered; an error answer other than a cancellation
   is an **error**.
 
-Reference answers are kept by (text, cursor, trigger, settings), so a repeated state costs one call.
+Reference answers are kept by (text, cursor, trigger, settings), so a repeated state costs one call. With
+``check_fraction`` below 1 (a long bench run), only that share of the suggestions whose fresh answer is not
+known yet is compared (``unchecked`` counts the rest, kept for the type-through check as if exact).
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -71,12 +74,18 @@ class Checker:
     """See the module docstring. ``reference``: the fresh server (its state is dropped after each check)."""
 
     reference: Peer
+    check_fraction: float = 1.0  # of the suggestions whose fresh answer is not known yet, the share compared
+    seed: int = 0  # of the sample (its own random source: the fuzz's steps do not depend on it)
     counts: Counter = field(default_factory=Counter)
     details: list[dict] = field(default_factory=list)
     _memo: dict = field(default_factory=dict)
     _shown: dict = field(default_factory=lambda: defaultdict(list))  # uri -> [(text, offset, insert_text)]
     _next_edits: dict = field(default_factory=lambda: defaultdict(list))  # uri -> [(text, text after edits)]
     _reference_settings: tuple = ()
+    _answering: object = None  # the id of the response being judged (for a fault's description)
+
+    def __post_init__(self) -> None:
+        self._sample = random.Random(self.seed)
 
     def fault(self, kind: str, asked: Asked | None, **facts) -> None:
         """Count a fault of ``kind`` (one of :data:`FAULTS`) and describe the first few."""
@@ -97,10 +106,12 @@ class Checker:
             self.fault("crash", asked, why="no answer")
             return
         self.counts[f"asked_{asked.method}"] += 1
+        self._answering = response.get("id")
         if "error" in response:
-            if response["error"].get("code") != REQUEST_CANCELLED:
+            if response["error"].get("code") == REQUEST_CANCELLED:
+                self.counts["cancelled"] += 1
+            else:
                 self.fault("error", asked, error=response["error"])
-            self.counts["cancelled"] += 1
             return
         if asked.method == "nextEdit":
             self._next_edit(asked, response.get("result"))
@@ -119,11 +130,13 @@ class Checker:
         if start is None or end is None or end < start:
             self.fault("stale", asked, why="range outside the text", range=item["range"])
             return
+        if start == end and self._sampled_out(asked):  # kept for type-through, as if exact
+            self.counts["unchecked"] += 1
+            self._keep_shown(asked, start, insert)
+            return
         if start == end and self.reference_answer(asked) == (insert, start):
             self.counts["exact"] += 1
-            kept = self._shown[asked.uri]
-            kept.append((asked.text, start, insert))
-            del kept[:-KEPT_PER_DOCUMENT]
+            self._keep_shown(asked, start, insert)
             return
         if start == end == asked.offset and self._typed_through(asked, insert):
             self.counts["type_through"] += 1
@@ -133,7 +146,17 @@ class Checker:
             self.counts["next_edit_inline"] += 1
             return
         self.fault("stale", asked, shown=insert, range=[start, end], fresh=self.reference_answer(asked),
-                   line=_line_at(asked.text, asked.offset))
+                   line=_line_at(asked.text, asked.offset), msg_id=self._answering, text=asked.text)
+
+    def _sampled_out(self, asked: Asked) -> bool:
+        """Whether this suggestion goes unchecked: not in the sample, and its fresh answer not known."""
+        return self.check_fraction < 1 and self._key(asked) not in self._memo and \
+            self._sample.random() >= self.check_fraction
+
+    def _keep_shown(self, asked: Asked, start: int, insert: str) -> None:
+        kept = self._shown[asked.uri]
+        kept.append((asked.text, start, insert))
+        del kept[:-KEPT_PER_DOCUMENT]
 
     def _typed_through(self, asked: Asked, insert: str) -> bool:
         """Whether ``insert`` is the rest of an earlier exact suggestion whose start was typed since."""
@@ -167,13 +190,17 @@ class Checker:
 
     def reference_answer(self, asked: Asked) -> tuple[str, int] | None:
         """What a fresh server shows for the asked text and cursor: (insert text, start offset) or ``None``."""
-        key = (asked.uri, asked.language, asked.text, asked.offset, asked.automatic, asked.settings)
+        key = self._key(asked)
         if key not in self._memo:
             self.counts["reference_calls"] += 1
             started = time.monotonic()
             self._memo[key] = self._ask_reference(asked)
             self.counts["reference_ms"] += round(1000 * (time.monotonic() - started))
         return self._memo[key]
+
+    @staticmethod
+    def _key(asked: Asked) -> tuple:
+        return asked.uri, asked.language, asked.text, asked.offset, asked.automatic, asked.settings
 
     def _ask_reference(self, asked: Asked) -> tuple[str, int] | None:
         peer = self.reference

@@ -283,9 +283,10 @@ class Fuzz:
         self.collect()
 
 
-def run_fuzz(seed: int, steps: int, log_dir: Path | None = None) -> dict:
+def run_fuzz(seed: int, steps: int, log_dir: Path | None = None, check_fraction: float = 1.0) -> dict:
     """One run: a fuzzed server and a reference server started, ``steps`` steps, both shut down; returns
-    the checker's summary with the run's figures (seed, steps, seconds)."""
+    the checker's summary with the run's figures (seed, steps, seconds). ``check_fraction``: the share of
+    suggestions compared with the reference (:class:`bench.fuzz_check.Checker`)."""
     started = time.monotonic()
     logs = (log_dir / "server.log", log_dir / "reference.log") if log_dir else (None, None)
     if log_dir:
@@ -295,7 +296,7 @@ def run_fuzz(seed: int, steps: int, log_dir: Path | None = None) -> dict:
     try:
         server.wait_ready()
         reference.wait_ready()
-        checker = Checker(reference, _reference_settings=tuple(sorted(BASE_OPTIONS.items())))
+        checker = Checker(reference, check_fraction, seed, _reference_settings=tuple(sorted(BASE_OPTIONS.items())))
         Fuzz(server, checker, seed).run(steps)
         summary = checker.summary()
         if summary["faults"]:
@@ -303,7 +304,7 @@ def run_fuzz(seed: int, steps: int, log_dir: Path | None = None) -> dict:
     finally:
         server.close()
         reference.close()
-    return {"seed": seed, "steps": steps, "seconds": round(time.monotonic() - started, 1), **summary}
+    return {"seed": seed, "steps": steps, "check_fraction": check_fraction, "seconds": round(time.monotonic() - started, 1), **summary}
 
 
 def report_lines(result: dict) -> list[str]:
@@ -316,7 +317,7 @@ def report_lines(result: dict) -> list[str]:
 
 
 def run(args) -> int:
-    result = run_fuzz(args.seed, args.steps, args.log_dir)
+    result = run_fuzz(args.seed, args.steps, args.log_dir, args.check_fraction)
     print("\n".join(report_lines(result)))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -330,6 +331,8 @@ def add_parser(kinds) -> None:
                                            "model (stale suggestions, next-edit ranges, desyncs, crashes)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--check-fraction", type=float, default=1.0,
+                        help="share of suggestions compared with the fresh server (1: all; less for long runs)")
     parser.add_argument("--out", type=Path, help="write the counts and the first faults as JSON here")
     parser.add_argument("--log-dir", type=Path, help="keep both servers' logs here")
     parser.set_defaults(run=run)
