@@ -101,6 +101,11 @@ class Peer:
         self._send({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params})
         return self._next_id
 
+    def arrived(self) -> list[int]:
+        """The ids of the responses come so far, in the order they came."""
+        with self._changed:
+            return list(self.responses)
+
     def alive(self) -> bool:
         return self.process.poll() is None
 

@@ -97,18 +97,26 @@ class Fuzz:
 
     # Answers
     def collect(self, wait: bool = False) -> None:
-        """Judge the answers that came (``wait``: all of them, up to the deadline)."""
-        for msg_id, (asked, sent) in list(self.pending.items()):
-            left = ANSWER_DEADLINE_S - (time.monotonic() - sent)
-            response = self.server.wait(msg_id, max(left, 0.0)) if wait else self.server.responses.get(msg_id)
-            if response is None and left > 0 and not wait and self.server.alive():
-                continue
-            del self.pending[msg_id]
-            if isinstance(asked, Asked):
-                self.checker.answered(asked, response)
-                self._remember(asked, response)
-            else:
-                self.checker.state(*asked, response)
+        """Judge the answers that came, in the order they came (an answer from the type-through cache comes
+        after the one it continues), and count a request unanswered past the deadline as a crash;
+        ``wait``: wait for every answer first, up to the deadline."""
+        if wait:
+            for msg_id, (_, sent) in list(self.pending.items()):
+                self.server.wait(msg_id, max(ANSWER_DEADLINE_S - (time.monotonic() - sent), 0.0))
+        for msg_id in self.server.arrived():
+            if msg_id in self.pending:
+                self._judge(msg_id, self.server.responses[msg_id])
+        for msg_id, (_, sent) in list(self.pending.items()):
+            if wait or time.monotonic() - sent > ANSWER_DEADLINE_S or not self.server.alive():
+                self._judge(msg_id, None)
+
+    def _judge(self, msg_id: int, response: dict | None) -> None:
+        asked, _ = self.pending.pop(msg_id)
+        if isinstance(asked, Asked):
+            self.checker.answered(asked, response)
+            self._remember(asked, response)
+        else:
+            self.checker.state(*asked, response)
 
     def _remember(self, asked: Asked, response: dict | None) -> None:
         items = ((response or {}).get("result") or {}).get("items") if asked.method != "nextEdit" else None
