@@ -49,6 +49,7 @@ class Asked:
     offset: int  # code points
     automatic: bool
     settings: tuple  # the settings sent so far, as sorted (key, value) pairs
+    opened: int = 0  # how many times the document had been opened (what the server keeps goes at a close)
 
     @property
     def position(self) -> dict:
@@ -79,10 +80,11 @@ class Checker:
     counts: Counter = field(default_factory=Counter)
     details: list[dict] = field(default_factory=list)
     _memo: dict = field(default_factory=dict)
-    _shown: dict = field(default_factory=lambda: defaultdict(list))  # uri -> [(text, offset, insert_text)]
-    _next_edits: dict = field(default_factory=lambda: defaultdict(list))  # uri -> [(text, text after edits)]
+    _shown: dict = field(default_factory=lambda: defaultdict(list))  # (uri, opened) -> [(text, offset, insert)]
+    _next_edits: dict = field(default_factory=lambda: defaultdict(list))  # (uri, opened) -> [(text, text after edits)]
     _reference_settings: tuple = ()
     _answering: object = None  # the id of the response being judged (for a fault's description)
+    verdict: str = ""  # what the last answer judged was (exact, type_through, stale...; "" for nothing shown)
 
     def __post_init__(self) -> None:
         self._sample = random.Random(self.seed)
@@ -90,21 +92,25 @@ class Checker:
     def fault(self, kind: str, asked: Asked | None, **facts) -> None:
         """Count a fault of ``kind`` (one of :data:`FAULTS`) and describe the first few."""
         self.counts[kind] += 1
+        self.verdict = kind
         if len(self.details) < MAX_DETAILS:
             where = {} if asked is None else {"uri": asked.uri, "version": asked.version, "offset": asked.offset,
                                               "automatic": asked.automatic, "method": asked.method}
             self.details.append({"kind": kind, **where, **facts})
 
-    def closed(self, uri: str) -> None:
-        """The client closed ``uri``: what the server kept for it is gone."""
-        self._shown.pop(uri, None)
-        self._next_edits.pop(uri, None)
+    def closed(self, uri: str, opened: int) -> None:
+        """The client closed ``uri`` after its ``opened``-th open: what the server kept for it is gone (answers
+        to requests sent before are still judged with it: they are keyed by the open, :attr:`Asked.opened`)."""
+        for kept in (self._shown, self._next_edits):
+            for key in [k for k in kept if k[0] == uri and k[1] < opened]:
+                del kept[key]  # no request of those opens is left to judge (an earlier close's)
 
     def answered(self, asked: Asked, response: dict | None) -> None:
         """Judge the response to a request (``None``: none came before the deadline)."""
         if response is None:
             self.fault("crash", asked, why="no answer")
             return
+        self.verdict = ""
         self.counts[f"asked_{asked.method}"] += 1
         self._answering = response.get("id")
         if "error" in response:
@@ -132,18 +138,23 @@ class Checker:
             return
         if start == end and self._sampled_out(asked):  # kept for type-through, as if exact
             self.counts["unchecked"] += 1
+            self.verdict = "unchecked"
             self._keep_shown(asked, start, insert)
             return
         if start == end and self.reference_answer(asked) == (insert, start):
             self.counts["exact"] += 1
+            self.verdict = "exact"
             self._keep_shown(asked, start, insert)
             return
         if start == end == asked.offset and self._typed_through(asked, insert):
             self.counts["type_through"] += 1
+            self.verdict = "type_through"
             return
         after = asked.text[:start] + insert + asked.text[end:]
-        if any(text == asked.text and edited == after for text, edited in self._next_edits[asked.uri]):
+        next_edits = self._next_edits[asked.uri, asked.opened]
+        if any(text == asked.text and edited == after for text, edited in next_edits):
             self.counts["next_edit_inline"] += 1
+            self.verdict = "next_edit_inline"
             return
         self.fault("stale", asked, shown=insert, range=[start, end], fresh=self.reference_answer(asked),
                    line=_line_at(asked.text, asked.offset), msg_id=self._answering, text=asked.text)
@@ -154,14 +165,14 @@ class Checker:
             self._sample.random() >= self.check_fraction
 
     def _keep_shown(self, asked: Asked, start: int, insert: str) -> None:
-        kept = self._shown[asked.uri]
+        kept = self._shown[asked.uri, asked.opened]
         kept.append((asked.text, start, insert))
         del kept[:-KEPT_PER_DOCUMENT]
 
     def _typed_through(self, asked: Asked, insert: str) -> bool:
         """Whether ``insert`` is the rest of an earlier exact suggestion whose start was typed since."""
         text, offset = asked.text, asked.offset
-        for old_text, old_offset, old_insert in self._shown[asked.uri]:
+        for old_text, old_offset, old_insert in self._shown[asked.uri, asked.opened]:
             typed = text[old_offset:offset] if offset >= old_offset else None
             if typed is None or len(text) - offset != len(old_text) - old_offset:
                 continue
@@ -184,7 +195,7 @@ class Checker:
         if asked.text[:start] + result["text"] + asked.text[end:] != edited:
             self.fault("next_edit_out_of_date", asked, why="its edits do not give its region's text")
             return
-        kept = self._next_edits[asked.uri]
+        kept = self._next_edits[asked.uri, asked.opened]
         kept.append((asked.text, edited))
         del kept[:-KEPT_PER_DOCUMENT]
 

@@ -65,6 +65,7 @@ class Doc:
     text: str
     version: int = 1
     is_open: bool = True
+    opened: int = 0  # how many times it was opened
     cursor: int = 0  # code points
     undo: list = field(default_factory=list)  # (start, end in the new text, old text) per edit, newest last
 
@@ -72,8 +73,9 @@ class Doc:
 class Fuzz:
     """One seeded run against ``server``, judged by ``checker``."""
 
-    def __init__(self, server: Peer, checker: Checker, seed: int):
+    def __init__(self, server: Peer, checker: Checker, seed: int, record=None):
         self.server, self.checker, self.rng = server, checker, random.Random(seed)
+        self.record = record  # a text file: one JSON line per answer judged (None: none)
         self.docs = {uri: Doc(uri, lang, text, cursor=len(text)) for uri, (lang, text) in SEED_TEXTS.items()}
         self.settings = dict(BASE_OPTIONS)
         self.pending: dict[int, tuple[Asked | tuple, float]] = {}  # msg id -> (what was asked, when sent)
@@ -117,6 +119,10 @@ class Fuzz:
             self._remember(asked, response)
         else:
             self.checker.state(*asked, response)
+        if self.record is not None:  # what was asked and answered, and the verdict, for a fault's diagnosis
+            self.record.write(json.dumps({"id": msg_id, "asked": asked if not isinstance(asked, Asked) else
+                                          asked.__dict__, "response": response, "verdict": self.checker.verdict},
+                                         default=str) + "\n")
 
     def _remember(self, asked: Asked, response: dict | None) -> None:
         items = ((response or {}).get("result") or {}).get("items") if asked.method != "nextEdit" else None
@@ -125,7 +131,7 @@ class Fuzz:
 
     # Edits
     def _open(self, doc: Doc) -> None:
-        doc.is_open = True
+        doc.is_open, doc.opened = True, doc.opened + 1
         self.server.notify("textDocument/didOpen", {"textDocument": {"uri": doc.uri, "languageId": doc.language,
                                                                      "version": doc.version, "text": doc.text}})
 
@@ -212,7 +218,7 @@ class Fuzz:
     # Requests
     def _asked(self, doc: Doc, method: str, automatic: bool) -> Asked:
         return Asked(method, doc.uri, doc.language, doc.text, doc.version, doc.cursor, automatic,
-                     tuple(sorted(self.settings.items())))
+                     tuple(sorted(self.settings.items())), doc.opened)
 
     def _inline(self, doc: Doc, automatic: bool) -> None:
         asked = self._asked(doc, "inlineCompletion", automatic)
@@ -268,7 +274,7 @@ class Fuzz:
             doc.undo.clear()
             self.last_shown.pop(doc.uri, None)
             self.server.notify("textDocument/didClose", {"textDocument": {"uri": doc.uri}})
-            self.checker.closed(doc.uri)
+            self.checker.closed(doc.uri, doc.opened)
 
     def _reopen(self) -> None:
         """Reopen a closed document, sometimes changed meanwhile on disk (a line appended)."""
@@ -305,7 +311,8 @@ def run_fuzz(seed: int, steps: int, log_dir: Path | None = None, check_fraction:
         server.wait_ready()
         reference.wait_ready()
         checker = Checker(reference, check_fraction, seed, _reference_settings=tuple(sorted(BASE_OPTIONS.items())))
-        Fuzz(server, checker, seed).run(steps)
+        with open(log_dir / "answers.jsonl", "w") if log_dir else open("/dev/null", "w") as record:
+            Fuzz(server, checker, seed, record if log_dir else None).run(steps)
         summary = checker.summary()
         if summary["faults"]:
             summary["server_log_tail"] = server.log_tail(4000)

@@ -58,6 +58,21 @@ def test_an_exact_answer_and_its_typed_through_rest_pass():
 
 
 @pytest.mark.unit
+def test_an_answer_judged_after_a_close_is_judged_with_what_the_server_kept_before_it():
+    """A type-through answer to a request sent before the document closed is still the rest of the earlier
+    suggestion; after the reopen, the same answer is stale (the server forgot it)."""
+    checker = FakeReference({(TEXT, CURSOR): ("ad()", CURSOR)})
+    checker.answered(asked(), inline(TEXT, CURSOR, "ad()"))
+    typed = TEXT[:CURSOR] + "a" + TEXT[CURSOR:]
+    checker.closed("file:///fuzz/a.py", 0)
+    checker.answered(asked(typed, CURSOR + 1, version=3), inline(typed, CURSOR + 1, "d()"))
+    reopened = Asked("inlineCompletion", "file:///fuzz/a.py", "python", typed, 4, CURSOR + 1, True, SETTINGS, 1)
+    checker.answered(reopened, inline(typed, CURSOR + 1, "d()"))
+    counts = checker.summary()["counts"]
+    assert (counts["type_through"], counts["stale"]) == (1, 1), counts
+
+
+@pytest.mark.unit
 def test_a_suggestion_for_text_the_user_no_longer_has_is_stale():
     """Injected: the answer for ``...re`` shown after the user typed ``x`` (not the suggestion's start),
     the rest of it after a change elsewhere in the text, and an answer one character off."""
