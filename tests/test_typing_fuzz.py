@@ -147,3 +147,21 @@ def test_a_thousand_random_steps_show_nothing_stale(seed, tmp_path):
     assert result["faults"] == 0, result["details"]
     # The run exercised the paths it is meant to: suggestions checked against a fresh server, and typed through.
     assert counts["exact"] >= 50 and counts["type_through"] >= 5 and counts["state_checks"] >= 10, counts
+
+
+@pytest.mark.unit
+def test_document_state_answers_a_digest_never_the_text():
+    from types import SimpleNamespace
+
+    from lsprotocol import types
+
+    from lsp_server.features.document_state import document_state, text_digest
+    from lsp_server.workspace.documents import DocumentStore
+
+    store = DocumentStore()
+    store.open(types.TextDocumentItem(uri="file:///a.py", language_id="python", version=3, text="x = '\U0001d518'\n"))
+    ls = SimpleNamespace(store=store)
+    state = document_state(ls, {"textDocument": {"uri": "file:///a.py"}})
+    assert state == {"version": 3, "inSync": True, "length": 9, "sha256": text_digest("x = '\U0001d518'\n")}
+    assert document_state(ls, {"textDocument": {"uri": "file:///b.py"}}) is None
+    assert document_state(ls, {"textDocument": {"uri": 7}}) is None and document_state(ls, [1]) is None
