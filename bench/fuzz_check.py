@@ -236,6 +236,7 @@ class Checker:
     def state(self, uri: str, text: str | None, version: int | None, response: dict | None) -> None:
         """Judge a ``speclsp/documentState`` answer against the client's document (``text`` ``None``:
         the client has it closed, and the server must not hold it)."""
+        self.verdict = "state"
         if response is None:
             self.fault("crash", None, uri=uri, why="no answer to documentState")
             return
