@@ -16,11 +16,12 @@ from bench import (
     prompt_gate,
     scale_out,
     step_cost_grid,
+    typing_fuzz,
 )
 
 
 def add_parser(commands) -> None:
-    """Register ``speclsp bench cuts|lsp|decode|edits|scale-out|peers|prompt-gate|step-cost|agreement|fim-eval``
+    """Register ``speclsp bench cuts|lsp|decode|edits|scale-out|peers|prompt-gate|step-cost|agreement|fim-eval|fuzz``
     on the CLI's argparse subparsers object."""
     bench = commands.add_parser("bench", help="measurements on this machine")
     kinds = bench.add_subparsers(dest="bench", required=True)
@@ -36,3 +37,4 @@ def add_parser(commands) -> None:
     step_cost_grid.add_parser(kinds)
     agreement.add_parser(kinds)
     fim_eval.add_parser(kinds)
+    typing_fuzz.add_parser(kinds)

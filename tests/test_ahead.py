@@ -94,3 +94,25 @@ async def test_nothing_starts_where_the_editor_never_asks_or_the_setting_is_off(
     await _settled(worker)
     assert "complete" not in session.names() and URI not in completions.ahead._started
     worker.shutdown()
+
+
+async def test_an_invoked_request_does_not_take_the_automatic_completion_started_at_the_key():
+    """The completion started at the key is automatic (it may be cut for time); the user's explicit request
+    for the same cursor runs its own, invoked one."""
+    seen = []
+
+    def on_complete(request):
+        seen.append(request)
+        if request.method == "ahead":
+            assert request.cancelled.wait(timeout=10), "the invoked request did not cancel it"
+            return None
+        return _completion(request, "pass")
+
+    worker, _ = _fake_worker(on_complete=on_complete)
+    _, completions, _ = services(store := _opened(), worker)
+    completions.ahead.asked(URI)
+    type_key(store, completions, 2, "r", END)
+    answer = await completions.complete("inlineCompletion", URI, after(END, "r"), automatic=False)
+    assert answer.insert_text == "pass" and [(r.method, r.automatic) for r in seen] == [
+        ("ahead", True), ("inlineCompletion", False)]
+    worker.shutdown()

@@ -6,11 +6,12 @@ from collections.abc import Callable
 
 from typing import Any
 
-from lsp_server.features import completion, document_sync, index_info, inline_completion, lifecycle, next_edit, status
+from lsp_server.features import (completion, document_state, document_sync, index_info, inline_completion, lifecycle,
+                                 next_edit, status)
 from lsp_server.server import SpeclspServer
 from lsp_server.settings import Settings
 
-FEATURES = (lifecycle, document_sync, inline_completion, completion, next_edit, status, index_info)
+FEATURES = (lifecycle, document_sync, inline_completion, completion, next_edit, status, index_info, document_state)
 
 
 def create_server(loader: Callable[..., object] | None = None, base_settings: Settings | None = None,

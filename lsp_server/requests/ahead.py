@@ -4,8 +4,8 @@ An editor asks for an inline completion a debounce after the last key (each edit
 but the server has the text at the key itself, and after a change that inserts or deletes at one place
 the cursor is almost always at the change's end. So, in a document whose editor has asked for automatic
 inline completions within ``ASKED_WITHIN_S``, the completion for that cursor starts on the model thread
-at the change (:meth:`AheadCompletions.start`). The request that follows for the same document version,
-cursor and settings takes it (:meth:`AheadCompletions.take`): it waits for the running generation, or
+at the change (:meth:`AheadCompletions.start`). The automatic request that follows for the same document
+version, cursor and settings takes it (:meth:`AheadCompletions.take`): it waits for the running generation, or
 finds it answered, instead of starting again. A request for anything else cancels it, and so does the
 next change (it is in the pipeline's in-flight table under ``AHEAD``). Its place among the other work
 ahead, and the guard it passes, are the scheduler's (:mod:`lsp_server.requests.work_ahead`: it is the
@@ -81,14 +81,16 @@ class AheadCompletions:
 
     def take(self, request: CompletionRequest) -> tuple[CompletionRequest, Job] | None:
         """The started completion that answers ``request`` (the request, sharing the started one's
-        cancellation, and the job), or ``None``; a started one that does not match is cancelled."""
+        cancellation, and the job), or ``None``; a started one that does not match is cancelled. An invoked
+        request never takes it: the started one is automatic, and an automatic completion may be cut for
+        time (``completion.coldPromptMs``, ``answerByMs``) where one the user asked for waits for the whole."""
         started = self._started.pop(request.uri, None)
         if started is None:
             return None
         ahead = started.request
         if (ahead.document.version != request.document.version or ahead.offset != request.offset
                 or ahead.document.text != request.document.text or ahead.settings != request.settings
-                or ahead.cancelled.is_set()):
+                or ahead.automatic != request.automatic or ahead.cancelled.is_set()):
             ahead.cancelled.set()
             return None
         self.pipeline.untrack(ahead)
