@@ -35,15 +35,14 @@ from dataclasses import dataclass
 import torch
 
 from decoding.choices import float32_weights
-from decoding.choices.figures import LOW_BIT_BOUNDS, cost_key, keep_entry, known_bounds
+from decoding.choices.figures import (LOW_BIT_BOUNDS, MIN_FASTER_SHARE, cost_key, faster_share, keep_entry,
+                                     known_bounds, listed_bounds)
 from decoding.choices.pass_costs import pass_costs
 from decoding.weights.hybrid_linear import fastest_low_bit_bound
 from decoding.weights.int8_hybrid import HybridInt8Linear, fits
 
 log = logging.getLogger(__name__)
 
-#: Share of the linear weights, in shapes where int8 is faster for one token, from which auto picks int8-hybrid.
-MIN_FASTER_SHARE = 0.5
 MAX_DRAFT_COST = 0.2  # the draft model's step over the target's at most this (off the CPU): auto drafts with it
 #: A target step slower than this (ms): inline completions are written by the draft model. A suggestion
 #: arriving after the typist's next key is thrown away, and an answer takes a short prefill and a few
@@ -96,10 +95,7 @@ def choose_quantization(model: torch.nn.Module, name: str,
         bounds = {shape: fastest_low_bit_bound(HybridInt8Linear(linear)) for shape, linear in by_shape.items()}
         keep_entry(LOW_BIT_BOUNDS, key, lambda earlier: {f"{o}x{i}": b for (o, i), b in sorted(bounds.items())},
                    "measured low-bit bounds")
-    total = sum(m.weight.numel() for m in linears)
-    faster = sum(m.weight.numel() for m in linears if bounds.get((m.out_features, m.in_features), 0) >= 1)
-    share = faster / total if total else 0.0
-    listed = ", ".join(f"{o}x{i}: {b}" for (o, i), b in sorted(bounds.items()))
+    share, listed = faster_share(linears, bounds), listed_bounds(bounds)
     if share < MIN_FASTER_SHARE:
         chosen, bounds = "none", {}
         reason = (f"none: int8 is faster for one token in {share:.0%} of {name}'s linear weights here (tokens per "

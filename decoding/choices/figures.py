@@ -161,3 +161,22 @@ def known_bounds(key: str, shapes: set[tuple[int, int]]) -> dict[tuple[int, int]
     if default is not None:
         bounds = {shape: bounds.get(shape, default) for shape in shapes}
     return bounds if shapes <= set(bounds) else None
+
+
+#: Share of the linear weights, in shapes where an int8 kernel is faster for one token, from which auto holds
+#: a model's weights as int8 (int8-hybrid for bfloat16, int8-fp16-hybrid for float32).
+MIN_FASTER_SHARE = 0.5
+
+
+def faster_share(linears, bounds: dict[tuple[int, int], int]) -> float:
+    """The share of ``linears``' weights (values) in shapes whose low-bit bound in ``bounds`` is at least one
+    token; 0.0 without weights."""
+    total = sum(m.weight.numel() for m in linears)
+    faster = sum(m.weight.numel() for m in linears if bounds.get((m.out_features, m.in_features), 0) >= 1)
+    return faster / total if total else 0.0
+
+
+def listed_bounds(bounds: dict[tuple[int, int], int]) -> str:
+    """``bounds`` for a message: ``"OUTxIN: tokens, ..."`` by weight shape."""
+    return ", ".join(f"{o}x{i}: {b}" for (o, i), b in sorted(bounds.items()))
+

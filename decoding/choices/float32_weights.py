@@ -15,7 +15,7 @@ half the bytes of the float32 one (:mod:`decoding.weights.fp16_weights`). auto t
 Where it packs, auto holds the model as ``int8-fp16-hybrid`` instead (:func:`choose_int8`;
 :mod:`decoding.weights.int8_fp16_hybrid`: the float16 weights rounded to an int8 grid, and PyTorch's int8
 kernel on bfloat16 inputs for short passes) where that kernel is faster than the float16 product for a
-one-token pass in at least :data:`MIN_INT8_SHARE` of the layers' weights: measured per weight shape, the
+one-token pass in at least :data:`MIN_FASTER_SHARE` of the layers' weights: measured per weight shape, the
 pass sizes up to which it is (kept in section ``low_bit_bounds`` under the float32 cost key). That is a
 model a little off the float16 one: it keeps the float32 0.5B's greedy token at 99.06% of 1,491 positions
 (``speclsp bench agreement``, the Ice Lake kind), above int8-hybrid's 98.72% against bfloat16, the bar issue
@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from decoding.choices.figures import FP16_SPEEDUP, LOW_BIT_BOUNDS, cost_key, keep_entry, known_bounds, lookup
+from decoding.choices.figures import (FP16_SPEEDUP, LOW_BIT_BOUNDS, MIN_FASTER_SHARE, cost_key, faster_share,
+                                     keep_entry, known_bounds, listed_bounds, lookup)
 from decoding.weights import fp16_weights, int8_fp16_hybrid
 from decoding.weights.file_pages import release_tensor_pages
 from decoding.weights.hybrid_linear import fastest_low_bit_bound, median_seconds
@@ -34,9 +35,6 @@ from decoding.weights.hybrid_linear import fastest_low_bit_bound, median_seconds
 MIN_STEP_SPEEDUP = 1.1
 LONG_PASS_TOKENS = 128
 MAX_LONG_PASS_SLOWDOWN = 1.1  # float16 weights may be this much slower than float32 for a long pass
-#: Share of the hybrid's linear weights, in shapes where int8 is faster for one token, from which auto adds
-#: int8 to the float16 weights (as auto's MIN_FASTER_SHARE for int8-hybrid).
-MIN_INT8_SHARE = 0.5
 _ROWS_PER_CHECK = 8192  # rows compared at a time, so a 151,936-row output layer needs no half copy whole
 
 
@@ -145,13 +143,10 @@ def choose_int8(model: torch.nn.Module, name: str) -> tuple[bool, dict[tuple[int
     bounds = int8_bounds(model, name)
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not output]
-    total = sum(m.weight.numel() for m in linears)
-    faster = sum(m.weight.numel() for m in linears if bounds.get((m.out_features, m.in_features), 0) >= 1)
-    share = faster / total if total else 0.0
-    listed = ", ".join(f"{o}x{i}: {b}" for (o, i), b in sorted(bounds.items()))
-    if share < MIN_INT8_SHARE:
+    share, listed = faster_share(linears, bounds), listed_bounds(bounds)
+    if share < MIN_FASTER_SHARE:
         return False, {}, (f"int8 on bfloat16 inputs is faster for one token in {share:.0%} of its layers' weights "
-                           f"(under {MIN_INT8_SHARE:.0%}; by weight shape, up to {listed} tokens)")
+                           f"(under {MIN_FASTER_SHARE:.0%}; by weight shape, up to {listed} tokens)")
     return True, bounds, (f"int8-fp16-hybrid: int8 on bfloat16 inputs is faster for one token in {share:.0%} of "
-                          f"{name}'s layers' weights here (at least {MIN_INT8_SHARE:.0%}): int8 up to, by weight shape, "
+                          f"{name}'s layers' weights here (at least {MIN_FASTER_SHARE:.0%}): int8 up to, by weight shape, "
                           f"{listed} tokens per pass, the float16 weights beyond")
