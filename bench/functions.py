@@ -88,7 +88,16 @@ def _text(node) -> str:
 
 
 def _python_functions(path: Path, text: str) -> list[tuple[str, str, int, int]]:
-    """Python's functions by indentation: a ``def`` line and the lines indented more than it."""
+    """Python's functions (:func:`python_function_spans`), named ``parent/file.py:LINE function``."""
+    return [(f"{path.parent.name}/{path.name}:{line + 1} {name}", text, start, end)
+            for line, name, start, end in python_function_spans(text)]
+
+
+def python_function_spans(text: str, min_lines: int = MIN_LINES, max_lines: int = MAX_LINES
+                          ) -> list[tuple[int, str, int, int]]:
+    """(0-based line, name, body start, body end) of each Python function of ``min_lines`` to ``max_lines``
+    lines in ``text``, found by indentation: a ``def`` line and the lines indented more than it (trailing blank
+    lines not counted); the body starts at the ``def``'s indentation and ends at its last line's end."""
     lines = text.split("\n")
     offsets = [0]
     for line in lines:
@@ -104,7 +113,6 @@ def _python_functions(path: Path, text: str) -> list[tuple[str, str, int, int]]:
             end += 1
         while end > index + 1 and not lines[end - 1].strip():
             end -= 1
-        if MIN_LINES <= end - index <= MAX_LINES:
-            name = f"{path.parent.name}/{path.name}:{index + 1} {stripped[4:].split('(', 1)[0]}"
-            found.append((name, text, offsets[index] + indent, offsets[end] - 1))
+        if min_lines <= end - index <= max_lines:
+            found.append((index, stripped[4:].split("(", 1)[0], offsets[index] + indent, offsets[end] - 1))
     return found

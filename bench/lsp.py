@@ -44,6 +44,7 @@ from pygls.lsp.client import LanguageClient
 
 from bench import cpu_kinds
 from bench.corpus import DEFAULT_HELD_OUT, read_texts, stdlib_files
+from bench.functions import python_function_spans
 from bench.lsp_client import percentile, start_server
 from lsp_server.completion.mode import decide_mode, suppresses_automatic
 
@@ -66,24 +67,9 @@ def pick_functions(count: int, seed: int) -> list[tuple[str, str, int, int]]:
     """(file name, text, start offset, end offset) of ``count`` held-out functions of 3-25 lines."""
     rng = random.Random(seed)
     paths = stdlib_files(DEFAULT_HELD_OUT, want_held_out=True)
-    found = []
-    for path, text in zip(paths, read_texts(paths)):
-        lines = text.split("\n")
-        offsets = [0]
-        for line in lines:
-            offsets.append(offsets[-1] + len(line) + 1)
-        for index, line in enumerate(lines):
-            stripped = line.lstrip()
-            if not stripped.startswith("def "):
-                continue
-            indent = len(line) - len(stripped)
-            end = index + 1
-            while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
-                end += 1
-            while end > index + 1 and not lines[end - 1].strip():
-                end -= 1
-            if 3 <= end - index <= 25:
-                found.append((f"{path.parent.name}/{path.name}", text, offsets[index] + indent, offsets[end] - 1))
+    found = [(f"{path.parent.name}/{path.name}", text, start, end)
+             for path, text in zip(paths, read_texts(paths))
+             for _, _, start, end in python_function_spans(text, min_lines=3)]
     return rng.sample(found, min(count, len(found)))
 
 
