@@ -36,6 +36,14 @@ class CorpusError(ValueError):
     """A manifest corpus that cannot be had: not fetched, offline, or a tarball whose hash differs."""
 
 
+def add_fetch_arguments(parser) -> None:
+    """``--corpus-dir`` and ``--fetch`` on an ``argparse`` parser of a command that reads the 2026-* corpora."""
+    parser.add_argument("--corpus-dir", type=Path, default=DEFAULT_CORPUS_DIR,
+                        help="where the 2026-* corpora are extracted")
+    parser.add_argument("--fetch", action="store_true",
+                        help="download a 2026-* corpus missing from --corpus-dir (npm registry, PyPI; hash checked)")
+
+
 def load_manifest(path: Path = MANIFEST) -> dict:
     """The manifest's ``corpora`` mapping: corpus name -> {``language``, ``packages``}."""
     return json.loads(path.read_text(encoding="utf-8"))["corpora"]

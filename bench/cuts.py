@@ -37,7 +37,7 @@ from pathlib import Path
 from lsprotocol import types
 
 from bench.corpus import corpus_names
-from bench.corpus_fetch import DEFAULT_CORPUS_DIR
+from bench.corpus_fetch import DEFAULT_CORPUS_DIR, add_fetch_arguments
 from bench.cut_sites import describe, first_line, is_cut_line, parses, source_documents
 from decoding.engine import Engine
 from decoding.types import DRAFTER_MODES
@@ -193,10 +193,7 @@ def add_parser(kinds) -> None:
                       help="stdlib, 2026 (Python written after the models' training), 2026-ts, 2026-js, 2026-rust "
                            "(bench/data/corpora-2026.json) or a directory of .py files; several with commas, "
                            "--cuts cuts from each")
-    cuts.add_argument("--corpus-dir", type=Path, default=DEFAULT_CORPUS_DIR,
-                      help="where the 2026-* corpora are extracted")
-    cuts.add_argument("--fetch", action="store_true",
-                      help="download a 2026-* corpus missing from --corpus-dir (npm registry, PyPI; hash checked)")
+    add_fetch_arguments(cuts)
     cuts.add_argument("--model", default="auto", help="target model name (as for speclsp complete)")
     cuts.add_argument("--draft-model", default="auto", help="draft model name, or none")
     cuts.add_argument("--dtype", default="auto")

@@ -39,7 +39,7 @@ from pathlib import Path
 from lsprotocol import types
 
 from bench.corpus import corpus_names
-from bench.corpus_fetch import DEFAULT_CORPUS_DIR
+from bench.corpus_fetch import DEFAULT_CORPUS_DIR, add_fetch_arguments
 from bench.cut_sites import describe, first_line, is_cut_line, parses, source_documents
 from lsp_server.cli import cut_hole
 from lsp_server.model.completer import complete
@@ -225,10 +225,7 @@ def add_parser(kinds) -> None:
                       help="2026 (Python written after the models' training), 2026-ts, 2026-js, 2026-rust "
                            "(bench/data/corpora-2026.json), stdlib or a directory of .py files; several with commas: "
                            "--cuts cuts from each, and the gate passes only if no language loses")
-    gate.add_argument("--corpus-dir", type=Path, default=DEFAULT_CORPUS_DIR,
-                      help="where the 2026-* corpora are extracted")
-    gate.add_argument("--fetch", action="store_true",
-                      help="download a 2026-* corpus missing from --corpus-dir (npm registry, PyPI; hash checked)")
+    add_fetch_arguments(gate)
     gate.add_argument("--model", default="qwen2.5-coder-0.5b")
     gate.add_argument("--dtype", default="auto")
     gate.add_argument("--cuts", type=int, default=120, help="cuts per corpus, the cursor kinds in turn")
