@@ -48,6 +48,19 @@ def utf16_offset(text: str, position: dict) -> int | None:
     return start + len(row) if units == character else None
 
 
+
+def read_message(stream) -> dict | None:
+    """One LSP message from ``stream`` (a binary pipe): its ``Content-Length`` header, a blank line, the JSON
+    body; ``None`` at the end of the stream or on a message without a length."""
+    length = None
+    while (line := stream.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode("ascii").partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    if not line or length is None:
+        return None
+    return json.loads(stream.read(length))
+
 class Peer:
     """One server process on pipes. ``responses[id]``: the response to request ``id`` once it came."""
 
@@ -69,15 +82,7 @@ class Peer:
 
     def _read(self) -> None:
         stdout = self.process.stdout
-        while True:
-            length = None
-            while (line := stdout.readline()) not in (b"\r\n", b""):
-                name, _, value = line.decode("ascii").partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            if not line or length is None:
-                break
-            message = json.loads(stdout.read(length))
+        while (message := read_message(stdout)) is not None:
             with self._changed:
                 if "method" in message:
                     self.notifications.append(message)

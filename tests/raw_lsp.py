@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.fuzz_peer import read_message
 from tests.conftest import STARTER_OPTIONS
 
 SERVE = (sys.executable, "-m", "lsp_server.cli", "serve")
@@ -57,15 +58,7 @@ class RawServer:
 
     def _read(self) -> None:
         stdout = self.process.stdout
-        while True:
-            length = None
-            while (line := stdout.readline()) not in (b"\r\n", b""):
-                name, _, value = line.decode("ascii").partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            if not line or length is None:
-                break
-            message = json.loads(stdout.read(length))
+        while (message := read_message(stdout)) is not None:
             with self._changed:
                 self.messages.append(message)
                 self._changed.notify_all()
